@@ -1,0 +1,182 @@
+"""Read settings from the ``.properties`` file, the environment and overrides.
+
+Precedence, lowest first: defaults (``conf.settings``), the properties file,
+``PIDQUOTA_*`` environment variables, ``--set key=value`` overrides. Every
+value is checked here, at start-up; an unknown key, a wrong type or an
+out-of-range value raises :class:`ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conf.errors import ConfigError, InputError
+from conf.settings import BY_NAME, SETTINGS, Setting
+from quota.enforcer import QuotaSettings
+
+CONF_DIR = Path(__file__).resolve().parent
+DEFAULT_PROPERTIES = CONF_DIR / "pidquota.properties"
+DEFAULT_QUOTAS = CONF_DIR / "quotas.json"
+_ENV_TO_NAME = {s.env_var: s.name for s in SETTINGS}
+
+
+def parse_properties(text: str, origin: str) -> dict[str, str]:
+    """Java/Kafka ``.properties``: ``key=value`` or ``key: value``, ``#``/``!``
+    comments, a trailing backslash continues a line."""
+    out: dict[str, str] = {}
+    pending = ""
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = pending + raw.strip() if pending else raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut <= 0:
+            raise ConfigError(f"{origin} line {lineno}: expected key=value, got {raw.strip()!r}")
+        out[line[:cut].strip()] = line[cut + 1 :].strip()
+    if pending:
+        out_line = pending
+        raise ConfigError(f"{origin}: file ends inside a continued line {out_line!r}")
+    return out
+
+
+def coerce(setting: Setting, raw: Any, origin: str) -> Any:
+    """Convert ``raw`` to the setting's type and check its range."""
+    shown = "<redacted>" if setting.secret else repr(raw)
+    kind = setting.type
+    try:
+        if kind is int:
+            if isinstance(raw, bool):
+                raise ValueError
+            value = int(raw) if isinstance(raw, int) else int(str(raw).strip())
+        elif kind is float:
+            value = float(raw)
+            if not math.isfinite(value):
+                raise ValueError
+        else:
+            value = str(raw).strip()
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{setting.name} = {shown} (from {origin}) is not a valid {kind.__name__}; "
+            f"expected {setting.range_text()}"
+        ) from None
+    too_low = setting.min is not None and (
+        value <= setting.min if setting.min_exclusive else value < setting.min
+    )
+    too_high = setting.max is not None and value > setting.max
+    bad_choice = setting.choices is not None and value not in setting.choices
+    if too_low or too_high or bad_choice:
+        raise ConfigError(
+            f"{setting.name} = {shown} (from {origin}) is out of range; expected "
+            f"{setting.range_text()} (default {setting.default!r})"
+        )
+    return value
+
+
+def _unknown(name: str, origin: str) -> ConfigError:
+    close = [s.name for s in SETTINGS if name.split(".")[-1] in s.name.split(".")]
+    hint = f"; did you mean {close[0]!r}?" if close else "; see conf/pidquota.properties for the keys"
+    return ConfigError(f"unknown setting {name!r} (from {origin}){hint}")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Validated settings, and where each value came from."""
+
+    values: Mapping[str, Any]
+    origins: Mapping[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.values:
+            raise _unknown(name, "code")
+        return self.values[name]
+
+    def redacted(self) -> dict[str, Any]:
+        """Values safe to log: secrets replaced."""
+        return {k: ("<redacted>" if BY_NAME[k].secret else v) for k, v in self.values.items()}
+
+    def quota_settings(self) -> QuotaSettings:
+        return QuotaSettings(
+            window_ms=self["producer.id.quota.window.size.seconds"] * 1000,
+            window_num=self["producer.id.quota.window.num"],
+            layer_count=self["producer.id.quota.cache.layer.count"],
+            false_positive_rate=self["producer.id.quota.cache.false.positive.rate"],
+            cleanup_interval_ms=self["producer.id.quota.cache.cleanup.scheduler.interval.ms"],
+        )
+
+    def quotas_path(self) -> Path:
+        return Path(self["pidquota.quotas.file"] or DEFAULT_QUOTAS)
+
+
+def parse_overrides(pairs: list[str] | None) -> dict[str, str]:
+    """``["key=value", ...]`` from ``--set``; a pair without ``=`` is an error."""
+    out: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got {pair!r}")
+        out[key.strip()] = value
+    return out
+
+
+def load(
+    path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Build the validated :class:`Config` (see the module docstring)."""
+    values = {s.name: s.default for s in SETTINGS}
+    origins = {s.name: "default" for s in SETTINGS}
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    file = Path(path) if path else DEFAULT_PROPERTIES
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read settings file {str(file)!r}: {exc.strerror or exc}") from None
+    layers.append((str(file), parse_properties(text, str(file))))
+    env = os.environ if environ is None else environ
+    from_env = {}
+    for var, raw in env.items():
+        if var.startswith("PIDQUOTA_"):
+            if var not in _ENV_TO_NAME:
+                raise ConfigError(
+                    f"unknown environment variable {var}; pidquota settings map to "
+                    "PIDQUOTA_<NAME_WITH_UNDERSCORES>, e.g. PIDQUOTA_PIDQUOTA_SPARK_MASTER"
+                )
+            from_env[_ENV_TO_NAME[var]] = raw
+    layers.append(("environment", from_env))
+    layers.append(("--set", dict(overrides or {})))
+    for origin, layer in layers:
+        for name, raw in layer.items():
+            setting = BY_NAME.get(name)
+            if setting is None:
+                raise _unknown(name, origin)
+            values[name] = coerce(setting, raw, origin)
+            origins[name] = origin
+    return Config(values, origins)
+
+
+def render_properties() -> str:
+    """The shipped ``pidquota.properties``: every key, its default, why, and what it does."""
+    lines = [
+        "# pidquota settings. Generated from conf/settings.py (python -m conf.loader > "
+        "conf/pidquota.properties);",
+        "# every key is listed with its default. Override with PIDQUOTA_<KEY> environment",
+        "# variables (dots as underscores, upper case) or `pidquota run --set key=value`.",
+    ]
+    for s in SETTINGS:
+        lines += ["", f"# {s.doc}", f"# Default {s.default!r}: {s.reason}", f"# Range: {s.range_text()}."]
+        lines.append(f"{s.name}={s.default}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render_properties(), end="")

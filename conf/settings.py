@@ -1,0 +1,173 @@
+"""Every pidquota setting, defined once: name, type, default and why, doc, range.
+
+KIP-936's dotted names are used where the KIP has one; pidquota's own
+settings live under ``pidquota.``. ``conf.loader`` reads and validates them;
+nothing else parses settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    type: type
+    default: Any
+    reason: str  # why this default
+    doc: str
+    min: float | None = None
+    max: float | None = None
+    min_exclusive: bool = False
+    choices: tuple[str, ...] | None = None
+    secret: bool = False
+
+    @property
+    def env_var(self) -> str:
+        return "PIDQUOTA_" + self.name.replace(".", "_").replace("-", "_").upper()
+
+    def range_text(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        lo = "" if self.min is None else (f"> {self.min}" if self.min_exclusive else f">= {self.min}")
+        hi = "" if self.max is None else f"<= {self.max}"
+        return " and ".join(p for p in (lo, hi) if p) or "any"
+
+
+SETTINGS: tuple[Setting, ...] = (
+    # -- KIP-936 --------------------------------------------------------------------
+    Setting(
+        "producer.id.quota.window.size.seconds",
+        int,
+        3600,
+        "KIP-936 default: quotas are PIDs per hour, the span of one metric sample.",
+        "The window W of producer_ids_rate (PIDs per W) and of each metric sample; "
+        "a PID is remembered at least W after it was last seen.",
+        min=1,
+        max=7 * 24 * 3600,
+    ),
+    Setting(
+        "producer.id.quota.window.num",
+        int,
+        11,
+        "KIP-936 default (Kafka's quota.window.num): about half a day of history at 1 h.",
+        "How many samples of window.size the rate and throttle-time metrics keep.",
+        min=1,
+        max=1000,
+    ),
+    Setting(
+        "producer.id.quota.cache.layer.count",
+        int,
+        4,
+        "A PID is forgotten between W and W + W/4 after its last sighting; more layers "
+        "tighten that at the cost of one more membership check each.",
+        "Bloom layers per window: a new layer starts every W / layer.count of event time.",
+        min=1,
+        max=64,
+    ),
+    Setting(
+        "producer.id.quota.cache.false.positive.rate",
+        float,
+        0.01,
+        "1% lets at most ~1 in 100 unseen PIDs through as 'known' (never the reverse: "
+        "a known PID is never throttled) for ~13 bits per PID with 4 layers.",
+        "Target combined false-positive rate of a principal's live Bloom layers; each "
+        "base layer is built for rate / (layer.count + 1).",
+        min=0.0,
+        max=0.5,
+        min_exclusive=True,
+    ),
+    Setting(
+        "producer.id.quota.cache.cleanup.scheduler.interval.ms",
+        int,
+        10,
+        "KIP-936 default. In event time; dead layers are already ignored by lookups, "
+        "so this only bounds how long their memory lingers.",
+        "Minimum event time between passes that free a principal's expired layers.",
+        min=1,
+    ),
+    # -- pidquota: inputs and outputs -------------------------------------------------
+    Setting(
+        "pidquota.quotas.file",
+        str,
+        "",
+        "Empty means the quotas.json shipped next to this file, so the demo needs no setup.",
+        'JSON quota file: {"users": {"User:alice": {"producer_ids_rate": 100}, '
+        '"<default>": {...}}}. Read at start-up.',
+    ),
+    Setting(
+        "pidquota.principal.max.length",
+        int,
+        256,
+        "Kafka principals are short names; anything longer is more likely garbage than a user.",
+        "Events whose principal is longer than this go to the dead letters.",
+        min=1,
+        max=65536,
+    ),
+    Setting(
+        "pidquota.watermark.delay.ms",
+        int,
+        600_000,
+        "10 minutes covers broker clock skew and a lagging broker: a principal is only "
+        "evicted once the whole stream is that far past its expiry, so its stragglers "
+        "still meet its state.",
+        "How far the event-time watermark trails the newest event. Idle principals' state "
+        "is evicted once the watermark passes their expiry. Late events are never dropped: "
+        "they are judged at the principal's current time.",
+        min=0,
+    ),
+    # -- pidquota: Spark ---------------------------------------------------------------
+    Setting(
+        "pidquota.spark.master",
+        str,
+        "local[2]",
+        "This machine class has 2 cores; a cluster deployment sets its own master.",
+        "Spark master URL.",
+    ),
+    Setting(
+        "pidquota.spark.shuffle.partitions",
+        int,
+        4,
+        "Two per core locally; the state store keeps one store per partition, so "
+        "changing it later needs a new checkpoint.",
+        "spark.sql.shuffle.partitions: partitions of the per-principal state.",
+        min=1,
+        max=10000,
+    ),
+    Setting(
+        "pidquota.checkpoint.location",
+        str,
+        "",
+        "Empty means OUTPUT/_checkpoint, so re-running on the same output resumes.",
+        "Spark checkpoint directory (offsets and the per-principal state).",
+    ),
+    Setting(
+        "pidquota.trigger.interval.ms",
+        int,
+        2000,
+        "Short enough that a throttle decision lands within seconds, long enough that "
+        "a local micro-batch (~0.5 s) is not back to back.",
+        "Processing-time trigger interval of a long-running query (ignored with --once).",
+        min=0,
+    ),
+    Setting(
+        "pidquota.max.events.per.trigger",
+        int,
+        0,
+        "0 means no limit; set it to bound batch latency when catching up on a backlog.",
+        "Upper bound on events read per micro-batch (file inputs: files per trigger).",
+        min=0,
+    ),
+    Setting(
+        "pidquota.log.level",
+        str,
+        "WARN",
+        "Spark is chatty at INFO; pidquota prints its own summary.",
+        "Spark log level.",
+        choices=("ERROR", "WARN", "INFO", "DEBUG"),
+    ),
+)
+
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

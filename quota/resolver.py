@@ -1,0 +1,98 @@
+"""Which ``producer_ids_rate`` applies to a principal."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+from conf.errors import ConfigError, InputError
+
+DEFAULT_ENTITY = "<default>"
+QUOTA_KEY = "producer_ids_rate"
+
+
+class QuotaSource(Protocol):
+    """Where quotas come from (the embedded file now, Redis later).
+
+    ``snapshot()`` returns the current ``{entity: rate}`` map; the enforcer
+    calls it once per micro-batch, never per event.
+    """
+
+    def snapshot(self) -> Mapping[str, float]: ...
+
+
+def resolve(quotas: Mapping[str, float], principal: str) -> float | None:
+    """``users/<principal>``, else ``users/<default>``, else None (unlimited)."""
+    rate = quotas.get(principal)
+    if rate is None:
+        rate = quotas.get(DEFAULT_ENTITY)
+    return rate
+
+
+def validate_rate(entity: str, value: object) -> float:
+    """A positive, finite number, or a :class:`ConfigError` naming the entity."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ConfigError(f"{QUOTA_KEY} for {entity!r} must be a positive number, got {value!r}")
+    try:
+        rate = float(value)
+    except ValueError:
+        raise ConfigError(f"{QUOTA_KEY} for {entity!r} must be a positive number, got {value!r}") from None
+    if not math.isfinite(rate) or rate <= 0:
+        raise ConfigError(
+            f"{QUOTA_KEY} for {entity!r} must be a positive number, got {value!r}; "
+            "remove the entry to leave the user unlimited"
+        )
+    return int(rate) if rate.is_integer() else rate
+
+
+def parse_quotas(doc: object, origin: str = "quota file") -> dict[str, float]:
+    """Validate ``{"users": {"User:alice": {"producer_ids_rate": 100}, ...}}``."""
+    if not isinstance(doc, dict) or set(doc) - {"users"}:
+        extra = sorted(set(doc) - {"users"}) if isinstance(doc, dict) else None
+        raise ConfigError(
+            f"{origin}: top level must be an object with only a 'users' key"
+            + (f"; unknown key(s) {extra}" if extra else "")
+        )
+    users = doc.get("users", {})
+    if not isinstance(users, dict):
+        raise ConfigError(f"{origin}: 'users' must be an object of entity -> configs")
+    quotas: dict[str, float] = {}
+    for entity, configs in users.items():
+        if not isinstance(entity, str) or not entity.strip():
+            raise ConfigError(f"{origin}: user entity names must be non-empty strings, got {entity!r}")
+        if not isinstance(configs, dict):
+            raise ConfigError(f"{origin}: configs of {entity!r} must be an object")
+        unknown = sorted(set(configs) - {QUOTA_KEY})
+        if unknown:
+            raise ConfigError(
+                f"{origin}: unknown config key(s) {unknown} for {entity!r}; the only key is {QUOTA_KEY!r}"
+            )
+        if QUOTA_KEY in configs:
+            quotas[entity] = validate_rate(entity, configs[QUOTA_KEY])
+    return quotas
+
+
+class StaticQuotas:
+    """Quotas from a fixed mapping or the embedded JSON file."""
+
+    def __init__(self, quotas: Mapping[str, float]) -> None:
+        self._quotas = {e: validate_rate(e, r) for e, r in quotas.items()}
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> StaticQuotas:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot read quota file {str(path)!r}: {exc.strerror or exc}") from None
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"quota file {str(path)!r} is not valid JSON: {exc}") from None
+        return cls(parse_quotas(doc, origin=f"quota file {str(path)!r}"))
+
+    def snapshot(self) -> Mapping[str, float]:
+        return dict(self._quotas)

@@ -1,0 +1,84 @@
+import pytest
+
+from conf.errors import ConfigError, InputError
+from conf.loader import (
+    DEFAULT_PROPERTIES,
+    load,
+    parse_overrides,
+    parse_properties,
+    render_properties,
+)
+from conf.settings import SETTINGS
+
+
+def test_defaults_load_and_build_quota_settings():
+    cfg = load(environ={})
+    qs = cfg.quota_settings()
+    assert (qs.window_ms, qs.window_num, qs.layer_count) == (3_600_000, 11, 4)
+    assert qs.false_positive_rate == 0.01 and qs.cleanup_interval_ms == 10
+
+
+def test_shipped_properties_file_is_generated_from_the_registry():
+    assert DEFAULT_PROPERTIES.read_text() == render_properties()
+
+
+def test_every_setting_has_doc_reason_and_a_valid_default():
+    from conf.loader import coerce
+
+    for s in SETTINGS:
+        assert s.doc and s.reason, s.name
+        assert coerce(s, s.default, "default") == s.default
+
+
+def test_precedence_file_env_then_set(tmp_path):
+    props = tmp_path / "p.properties"
+    props.write_text("producer.id.quota.window.num: 5\n! comment\npidquota.spark.master=local[1]\n")
+    cfg = load(props, environ={"PIDQUOTA_PRODUCER_ID_QUOTA_WINDOW_NUM": "6"}, overrides={})
+    assert cfg["producer.id.quota.window.num"] == 6
+    assert cfg.origins["producer.id.quota.window.num"] == "environment"
+    assert cfg["pidquota.spark.master"] == "local[1]"
+    cfg = load(props, environ={}, overrides=parse_overrides(["producer.id.quota.window.num=7"]))
+    assert cfg["producer.id.quota.window.num"] == 7
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            {"producer.id.quota.window.nums": "3"},
+            r"unknown setting 'producer.id.quota.window.nums'",
+        ),
+        (
+            {"producer.id.quota.window.num": "x"},
+            r"producer.id.quota.window.num = 'x' .* not a valid int",
+        ),
+        (
+            {"producer.id.quota.window.num": "0"},
+            r"producer.id.quota.window.num = '0' .* out of range; expected >= 1",
+        ),
+        (
+            {"producer.id.quota.cache.false.positive.rate": "0"},
+            r"false.positive.rate = '0' .*> 0.0",
+        ),
+        ({"producer.id.quota.cache.false.positive.rate": "nan"}, r"not a valid float"),
+        ({"pidquota.log.level": "LOUD"}, r"pidquota.log.level = 'LOUD' .*one of ERROR"),
+    ],
+)
+def test_bad_values_fail_naming_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load(environ={}, overrides=overrides)
+
+
+def test_unknown_environment_variable_fails():
+    with pytest.raises(ConfigError, match="PIDQUOTA_NOPE"):
+        load(environ={"PIDQUOTA_NOPE": "1"})
+
+
+def test_malformed_properties_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="line 2: expected key=value"):
+        parse_properties("a=1\njunk\n", "x.properties")
+    assert parse_properties("a = 1 \\\n  2\n", "x") == {"a": "1 2"}
+    with pytest.raises(InputError, match="cannot read settings file"):
+        load(tmp_path / "missing.properties", environ={})
+    with pytest.raises(ConfigError, match="--set expects key=value"):
+        parse_overrides(["novalue"])

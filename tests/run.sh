@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The one test command (README and .ci/run both call it): install what the
+# tests need, lint, run the whole suite. Non-zero on any failure, including
+# pytest's exit 5 ("no tests ran").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+python3 -m ruff check .
+python3 -m pytest "$@"
