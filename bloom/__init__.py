@@ -3,4 +3,10 @@
 from bloom.layer import TimestampedBloomFilter
 from bloom.layered import MAX_BASE_CAPACITY, MIN_LAYER_CAPACITY, LayeredBloomFilter, layer_capacity
 
-__all__ = ["MAX_BASE_CAPACITY", "MIN_LAYER_CAPACITY", "LayeredBloomFilter", "TimestampedBloomFilter", "layer_capacity"]
+__all__ = [
+    "MAX_BASE_CAPACITY",
+    "MIN_LAYER_CAPACITY",
+    "LayeredBloomFilter",
+    "TimestampedBloomFilter",
+    "layer_capacity",
+]

@@ -1,0 +1,147 @@
+"""``pidquota``: the command line.
+
+``pidquota run`` with no arguments runs the embedded demo (no Kafka, no
+Redis). ``pidquota run --input PATH --output DIR --once`` enforces quotas on
+JSON-lines files and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from conf.errors import PidquotaError
+from conf.loader import load, parse_overrides
+from quota import StaticQuotas
+
+log = logging.getLogger("pidquota")
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="pidquota", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    run = sub.add_parser(
+        "run",
+        help="run the enforcer (the demo when no --input is given)",
+        description="Run the producer-ID quota enforcer. Without --input: the embedded demo.",
+    )
+    run.add_argument("--input", metavar="PATH", help="JSON-lines file or folder of them (default: demo)")
+    run.add_argument("--output", metavar="DIR", default="pidquota-out", help="output folder (%(default)s)")
+    run.add_argument("--once", action="store_true", help="process everything available, then exit")
+    run.add_argument("--quotas", metavar="FILE", help="JSON quota file (default: conf/quotas.json)")
+    run.add_argument("--config", metavar="FILE", help=".properties file (default: conf/pidquota.properties)")
+    run.add_argument(
+        "--set", metavar="KEY=VALUE", action="append", default=[], help="override a setting (repeatable)"
+    )
+    run.add_argument("--checkpoint", metavar="DIR", help="checkpoint folder (default: OUTPUT/_checkpoint)")
+    run.add_argument("--duration", metavar="SECONDS", type=float, help="stop after this long")
+    run.add_argument("--speed", type=float, default=60.0, help="demo: event time per wall time (%(default)s)")
+    run.add_argument("--fresh", action="store_true", help="demo: delete OUTPUT first, start from scratch")
+    return ap
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = parse_overrides(args.set)
+    if args.quotas:
+        overrides["pidquota.quotas.file"] = args.quotas
+    if args.checkpoint:
+        overrides["pidquota.checkpoint.location"] = args.checkpoint
+    config = load(args.config, overrides)
+    quotas = StaticQuotas.from_file(config.quotas_path())
+    demo = args.input is None
+    if demo and args.once:
+        raise PidquotaError("--once needs --input: the demo source never runs out")
+    if args.speed <= 0:
+        raise PidquotaError(f"--speed must be > 0, got {args.speed}")
+    out = Path(args.output)
+    if demo and args.fresh and out.exists():
+        shutil.rmtree(out)
+    checkpoint = config["pidquota.checkpoint.location"] or str(out / "_checkpoint")
+
+    from streaming import query as q
+    from streaming.demo_source import DemoDataSource
+    from streaming.session import spark_session
+    from streaming.sink import JsonlSink
+    from streaming.table import UserTable
+
+    spark = spark_session(config)
+    if demo:
+        spark.dataSource.register(DemoDataSource)
+        lines = spark.readStream.format("pidquota-demo").option("speed", args.speed).load()
+        table = UserTable()
+        sink = JsonlSink(out, on_batch=table.update)
+        print(
+            f"pidquota demo: {args.speed:g}x event time, quotas from {config.quotas_path()}, "
+            f"output in {out}/ (Ctrl-C to stop)"
+        )
+    else:
+        lines = q.file_source(spark, args.input, config["pidquota.max.events.per.trigger"])
+        sink = JsonlSink(out)
+    query = q.start(
+        q.enforcer(lines, config, quotas), sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"]
+    )
+    error = _wait(query, args.duration)
+    if error is not None:
+        raise PidquotaError(f"the streaming query failed: {_first_line(error)}")
+    t = sink.totals
+    print(
+        f"pidquota: {t.batches} batches; wrote {t.rows['decisions']} decisions, {t.rows['metrics']} metric rows, "
+        f"{t.rows['dead-letters']} dead letters under {out}/"
+    )
+    return 0
+
+
+def _wait(query, duration: float | None) -> BaseException | None:
+    """Wait for the end, ``duration`` or Ctrl-C; stop the query; return its error."""
+    from pyspark.errors import StreamingQueryException
+
+    deadline = None if duration is None else time.monotonic() + duration
+    try:
+        while query.isActive:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            query.awaitTermination(min(left, 1.0) if left is not None else 1.0)
+    except StreamingQueryException as exc:
+        return exc
+    except KeyboardInterrupt:
+        print("\npidquota: stopping (Ctrl-C)", file=sys.stderr)
+    finally:
+        if query.isActive:
+            query.stop()
+    return query.exception()
+
+
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Invalid)): (.+)$")
+
+
+def _first_line(error: BaseException) -> str:
+    """The line of a (Java-wrapped) Python traceback that names the cause."""
+    text = str(getattr(error, "desc", None) or error)
+    found = []
+    for line in text.splitlines():
+        m = _EXCEPTION_LINE.match(line.strip())
+        if m and not m.group(3).rstrip().endswith("(most recent call last):"):
+            found.append(line.strip())
+    ours = [x for x in found if x.startswith(("conf.errors.", "PidquotaError", "CorruptStateError"))]
+    if ours or found:
+        return (ours or found)[0]
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return run(args)
+    except PidquotaError as exc:
+        print(f"pidquota: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

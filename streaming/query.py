@@ -1,0 +1,89 @@
+"""Build the streaming query: source -> parse -> per-principal state -> sink."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.state import GroupStateTimeout
+
+from conf.errors import InputError
+from conf.loader import Config
+from quota import QuotaSource
+from streaming.operator import make_state_function
+from streaming.parse import parse_events
+from streaming.schema import (
+    KIND_DECISION,
+    KIND_EVENT,
+    OPERATOR_INPUT_COLUMNS,
+    OUTPUT_COLUMNS,
+    OUTPUT_SCHEMA,
+    STATE_SCHEMA,
+)
+
+# Spark drops rows older than the watermark before a stateful operator with
+# event-time timeouts, silently. The contract instead judges late events at
+# the principal's current time, so the operator's watermark-tagged column is
+# a constant that is never late, while the watermark itself is still computed
+# from event time upstream and drives eviction. A test pins this behaviour.
+_NEVER_LATE = "2261-01-01 00:00:00"  # within pandas' nanosecond range
+
+
+def file_source(spark, path: str, max_files: int) -> DataFrame:
+    """A JSON-lines file, or a folder of them, as a stream of ``value`` lines."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"input {path!r} does not exist; give a JSON-lines file or a folder of them")
+    if not os_readable(p):
+        raise InputError(f"input {path!r} is not readable by this user")
+    reader = spark.readStream.format("text")
+    if max_files:
+        reader = reader.option("maxFilesPerTrigger", max_files)
+    if p.is_file():
+        return reader.option("pathGlobFilter", p.name).load(str(p.parent.resolve()))
+    return reader.load(str(p.resolve()))
+
+
+def os_readable(p: Path) -> bool:
+    import os
+
+    return os.access(p, os.R_OK) and (p.is_file() or os.access(p, os.X_OK))
+
+
+def enforcer(lines: DataFrame, config: Config, quotas: QuotaSource) -> DataFrame:
+    """The enforcer's output rows (``OUTPUT_SCHEMA``) from a stream of lines."""
+    delay = config["pidquota.watermark.delay.ms"]
+    events = parse_events(lines, config["pidquota.principal.max.length"])
+    events = events.withColumn("event_time", F.timestamp_millis("timestamp")).withWatermark(
+        "event_time", f"{delay} milliseconds"
+    )
+    guard = (
+        F.lit(_NEVER_LATE).cast("timestamp").alias("late_guard", metadata={"spark.watermarkDelayMs": delay})
+    )
+    judge = make_state_function(quotas, config.quota_settings())
+    return (
+        events.select(*OPERATOR_INPUT_COLUMNS, guard)
+        .groupBy("kind", "principal")
+        .applyInPandasWithState(
+            judge, OUTPUT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
+        )
+    )
+
+
+def pass_through(lines: DataFrame, config: Config) -> DataFrame:
+    """Same source, parse and output shape, no stateful operator (benchmark baseline)."""
+    events = parse_events(lines, config["pidquota.principal.max.length"])
+    cols = {c: F.lit(None).cast(OUTPUT_SCHEMA[c].dataType) for c in OUTPUT_COLUMNS}
+    cols.update({c: F.col(c) for c in OPERATOR_INPUT_COLUMNS})
+    cols["kind"] = F.when(F.col("kind") == KIND_EVENT, F.lit(KIND_DECISION)).otherwise(F.col("kind"))
+    return events.select(*(cols[c].alias(c) for c in OUTPUT_COLUMNS))
+
+
+def start(output: DataFrame, sink, checkpoint: str, once: bool, trigger_ms: int, name: str = "pidquota"):
+    writer = output.writeStream.queryName(name).foreachBatch(sink).option("checkpointLocation", checkpoint)
+    if once:
+        writer = writer.trigger(availableNow=True)
+    elif trigger_ms:
+        writer = writer.trigger(processingTime=f"{trigger_ms} milliseconds")
+    return writer.start()
