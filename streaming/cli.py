@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
         raise PidquotaError(f"the streaming query failed: {_first_line(error)}")
     t = sink.totals
     print(
-        f"pidquota: {t.batches} batches; wrote {t.rows['decisions']} decisions, {t.rows['metrics']} metric rows, "
-        f"{t.rows['dead-letters']} dead letters under {out}/"
+        f"pidquota: {t.batches} batches; wrote {t.rows['decisions']} decisions, "
+        f"{t.rows['metrics']} metric rows, {t.rows['dead-letters']} dead letters under {out}/"
     )
     return 0
 
