@@ -68,7 +68,7 @@ class LayeredBloomFilter:
     lets ~1-2% of the flood through, instead of a runaway.
     """
 
-    __slots__ = ("window_ms", "layer_count", "error_rate", "layers", "_newest_cache")
+    __slots__ = ("window_ms", "layer_count", "error_rate", "layers", "_newest_cache", "span_ms")
 
     def __init__(self, window_ms: int, layer_count: int, error_rate: float) -> None:
         if window_ms < 1:
@@ -80,15 +80,21 @@ class LayeredBloomFilter:
         self.window_ms = int(window_ms)
         self.layer_count = int(layer_count)
         self.error_rate = float(error_rate)
+        self.span_ms = max(1, self.window_ms // self.layer_count)
         self.layers: list[TimestampedBloomFilter] = []  # oldest first
         # PIDs known to sit in the current newest layer: a repeat sighting in
         # the same layer costs one dict lookup instead of hashing. Cleared on
         # every roll, so it is exact, not a heuristic.
         self._newest_cache: set[int] = set()
 
-    @property
-    def span_ms(self) -> int:
-        return max(1, self.window_ms // self.layer_count)
+    def configure(self, window_ms: int, layer_count: int, error_rate: float) -> None:
+        """Adopt the settings in force now (on restart), keeping the layers."""
+        self.window_ms, self.layer_count, self.error_rate = (
+            int(window_ms),
+            int(layer_count),
+            float(error_rate),
+        )
+        self.span_ms = max(1, self.window_ms // self.layer_count)
 
     # -- the caching layer's operations --------------------------------------------
     def _alive(self, layer: TimestampedBloomFilter, now_ms: int) -> bool:
@@ -151,6 +157,23 @@ class LayeredBloomFilter:
         newest.put(newest.positions(pid), now_ms)
         self._newest_cache.add(pid)
 
+    def touch_cached(self, pid: int, now_ms: int) -> bool:
+        """The hot path of :meth:`refresh`: ``pid`` was already seen in the
+        current newest layer and that layer is still writable, so the sighting
+        only bumps the layer's ``last_insert_ms``. False means "ask refresh"."""
+        if pid not in self._newest_cache:
+            return False
+        newest = self.layers[-1]
+        if (
+            now_ms - newest.created_ms >= self.span_ms
+            or now_ms - newest.last_insert_ms > self.window_ms
+            or newest.is_full
+        ):
+            return False
+        if now_ms > newest.last_insert_ms:
+            newest.last_insert_ms = now_ms
+        return True
+
     def refresh(self, pid: int, now_ms: int, capacity: int) -> bool:
         """Record a sighting of ``pid``; return whether it was already known.
 
@@ -179,15 +202,21 @@ class LayeredBloomFilter:
         return True
 
     def cleanup(self, now_ms: int) -> int:
-        """Drop every layer dead at ``now_ms``; return how many were dropped."""
-        before = len(self.layers)
-        alive = [layer for layer in self.layers if self._alive(layer, now_ms)]
-        if alive and self.layers and alive[-1] is not self.layers[-1]:
-            self._newest_cache = set()
-        if not alive:
-            self._newest_cache = set()
-        self.layers = alive
-        return before - len(alive)
+        """Drop every layer dead at ``now_ms``; return how many were dropped.
+
+        Writes to a layer stop before the next one is created, so
+        ``last_insert_ms`` never decreases from older to newer layers and the
+        dead layers are always a prefix: the check is O(1) when none is dead.
+        """
+        dead = 0
+        layers = self.layers
+        while dead < len(layers) and now_ms - layers[dead].last_insert_ms > self.window_ms:
+            dead += 1
+        if dead:
+            if dead == len(layers):
+                self._newest_cache = set()
+            del layers[:dead]
+        return dead
 
     def expires_at_ms(self) -> int | None:
         """Event time after which every current layer is dead (None if empty)."""

@@ -71,6 +71,7 @@ class PrincipalQuota:
     """
 
     __slots__ = (
+        "_capacity",
         "settings",
         "rate",
         "now_ms",
@@ -85,6 +86,7 @@ class PrincipalQuota:
     def __init__(self, rate: float, settings: QuotaSettings, now_ms: int = 0) -> None:
         self.settings = settings
         self.rate = rate
+        self._capacity = layer_capacity(rate)
         self.now_ms = int(now_ms)
         self.bucket = TokenBucket(rate, settings.window_ms, now_ms)
         self.filter = LayeredBloomFilter(
@@ -101,6 +103,7 @@ class PrincipalQuota:
         if rate != self.rate:
             self.bucket.set_rate(rate)
             self.rate = rate
+            self._capacity = layer_capacity(rate)
 
     # -- the contract ---------------------------------------------------------------
     def observe(self, timestamp: int, producer_id: int, producer_epoch: int = -1) -> Decision | None:
@@ -108,10 +111,12 @@ class PrincipalQuota:
         if producer_id < 0:
             return None
         now = self.now_ms = timestamp if timestamp > self.now_ms else self.now_ms
+        if self.filter.touch_cached(producer_id, now):
+            return None
         if now - self.last_cleanup_ms >= self.settings.cleanup_interval_ms:
             self.filter.cleanup(now)
             self.last_cleanup_ms = now
-        capacity = layer_capacity(self.rate)
+        capacity = self._capacity
         if self.filter.refresh(producer_id, now, capacity):
             return None
         wait = self.bucket.try_take(now)
@@ -235,7 +240,6 @@ class PrincipalQuota:
         if offset + n != len(buf):
             raise CorruptStateError(f"quota state holds {len(buf) - offset} filter bytes but says {n}")
         bloom = LayeredBloomFilter.from_bytes(buf[offset:])
-        bloom.window_ms, bloom.layer_count = settings.window_ms, settings.layer_count
-        bloom.error_rate = settings.false_positive_rate
+        bloom.configure(settings.window_ms, settings.layer_count, settings.false_positive_rate)
         state.filter = bloom
         return state

@@ -106,7 +106,7 @@ def _wait(query, duration: float | None) -> BaseException | None:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 break
-            query.awaitTermination(min(left, 1.0) if left is not None else 1.0)
+            query.awaitTermination(max(0.01, min(left, 1.0)) if left is not None else 1.0)
     except StreamingQueryException as exc:
         return exc
     except KeyboardInterrupt:

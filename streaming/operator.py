@@ -25,17 +25,34 @@ warnings.filterwarnings(
 )
 
 
-def _frame(rows: dict[str, object], n: int) -> pd.DataFrame:
-    """An output frame with every output column, the missing ones null."""
-    data = {c: rows.get(c, [None] * n) for c in OUTPUT_COLUMNS}
-    return pd.DataFrame(data, columns=list(OUTPUT_COLUMNS))
+_INDEX = {c: i for i, c in enumerate(OUTPUT_COLUMNS)}
+_WIDTH = len(OUTPUT_COLUMNS)
+
+
+def _row(**values) -> list:
+    """One output row in ``OUTPUT_COLUMNS`` order, the missing columns null."""
+    row = [None] * _WIDTH
+    for name, value in values.items():
+        row[_INDEX[name]] = value
+    return row
+
+
+def _frame(rows: list[list]) -> pd.DataFrame:
+    """Rows to one frame. An object array costs ~0.1 ms where a frame built
+    column by column costs ~0.8 ms, and this runs once per principal per batch."""
+    block = np.empty((len(rows), _WIDTH), dtype=object)
+    block[:] = rows
+    return pd.DataFrame(block, columns=list(OUTPUT_COLUMNS), copy=False)
 
 
 def _dead_letters(pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     for pdf in pdfs:
-        n = len(pdf)
-        if n:
-            yield _frame({"kind": [KIND_DEAD] * n, "raw": pdf["raw"], "reason": pdf["reason"]}, n)
+        if len(pdf):
+            rows = [
+                _row(kind=KIND_DEAD, raw=r, reason=why)
+                for r, why in zip(pdf["raw"], pdf["reason"], strict=True)
+            ]
+            yield _frame(rows)
 
 
 def make_state_function(
@@ -64,12 +81,25 @@ def make_state_function(
         n = len(pdf)
         ignored = int((pids < 0).sum())
         rate = resolve(quotas.snapshot(), principal)
-        if rate is None:  # unlimited: no Bloom state, nothing to decide
+        if rate is None or (ignored == n and not state.exists):
+            # unlimited, or only non-idempotent clients so far: no state, nothing to decide
             if state.exists:
                 state.remove()
-            metric = {"quota": [None], "events": [n], "admitted": [0], "throttled": [0]}
-            metric.update(passed=[n - ignored], ignored=[ignored], timestamp=[int(ts.max())])
-            yield _frame({"kind": [KIND_METRIC], "principal": [principal], **metric}, 1)
+            yield _frame(
+                [
+                    _row(
+                        kind=KIND_METRIC,
+                        principal=principal,
+                        timestamp=int(ts.max()),
+                        quota=rate,
+                        events=n,
+                        admitted=0,
+                        throttled=0,
+                        passed=n - ignored,
+                        ignored=ignored,
+                    )
+                ]
+            )
             return
         if state.exists:
             quota = PrincipalQuota.from_bytes(state.get[0], settings)
@@ -80,38 +110,37 @@ def make_state_function(
         state.update((quota.to_bytes(),))
         state.setTimeoutTimestamp(max(quota.evict_at_ms(), watermark + 1))
 
+        m = quota.metrics()
+        rows = [
+            _row(
+                kind=KIND_DECISION,
+                principal=principal,
+                producer_id=d.producer_id,
+                producer_epoch=d.producer_epoch,
+                timestamp=d.timestamp,
+                verdict=d.verdict,
+                throttle_time_ms=d.throttle_time_ms,
+                tokens=d.tokens,
+                quota=m["quota"],
+            )
+            for d in decisions
+        ]
         admitted = sum(1 for d in decisions if d.verdict == ADMIT)
         throttled = len(decisions) - admitted
-        m = quota.metrics()
-        if decisions:
-            cols = list(zip(*decisions, strict=True))
-            k = len(decisions)
-            yield _frame(
-                {
-                    "kind": [KIND_DECISION] * k,
-                    "principal": [principal] * k,
-                    "producer_id": cols[0],
-                    "producer_epoch": cols[1],
-                    "timestamp": cols[2],
-                    "verdict": cols[3],
-                    "throttle_time_ms": cols[4],
-                    "tokens": cols[5],
-                    "quota": [m["quota"]] * k,
-                },
-                k,
+        m["throttle_time_ms"] = round(m["throttle_time_ms"])
+        rows.append(
+            _row(
+                kind=KIND_METRIC,
+                principal=principal,
+                timestamp=quota.now_ms,
+                events=n,
+                admitted=admitted,
+                throttled=throttled,
+                passed=n - ignored - admitted - throttled,
+                ignored=ignored,
+                **m,
             )
-        metric = {name: [value] for name, value in m.items()}
-        metric.update(
-            throttle_time_ms=[round(m["throttle_time_ms"])],
-            kind=[KIND_METRIC],
-            principal=[principal],
-            timestamp=[quota.now_ms],
-            events=[n],
-            admitted=[admitted],
-            throttled=[throttled],
-            passed=[n - ignored - admitted - throttled],
-            ignored=[ignored],
         )
-        yield _frame(metric, 1)
+        yield _frame(rows)
 
     return judge

@@ -28,7 +28,7 @@ class UserTable:
     def update(self, batch_id: int, frames: dict) -> None:
         for row in frames["metrics"].to_dict("records"):
             self.latest[row["principal"]] = row
-        if time.monotonic() - self._printed >= self.every_s:
+        if self.latest and time.monotonic() - self._printed >= self.every_s:
             self._printed = time.monotonic()
             self.out(self.render(batch_id))
 
