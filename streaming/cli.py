@@ -18,6 +18,7 @@ from pathlib import Path
 from conf.errors import PidquotaError
 from conf.loader import load, parse_overrides
 from quota import StaticQuotas
+from traffic import commands as traffic_commands
 
 log = logging.getLogger("pidquota")
 
@@ -42,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--duration", metavar="SECONDS", type=float, help="stop after this long")
     run.add_argument("--speed", type=float, default=60.0, help="demo: event time per wall time (%(default)s)")
     run.add_argument("--fresh", action="store_true", help="demo: delete OUTPUT first, start from scratch")
+    traffic_commands.add_parsers(sub)
     return ap
 
 
@@ -136,8 +138,9 @@ def _first_line(error: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    handler = {"run": run, "generate": traffic_commands.run_generate, "blocks": traffic_commands.run_blocks}
     try:
-        return run(args)
+        return handler[args.command](args)
     except PidquotaError as exc:
         print(f"pidquota: error: {exc}", file=sys.stderr)
         return 2

@@ -69,3 +69,73 @@ class Enforcer:
 def make_enforcer(spark):
     """``make_enforcer(tmp_dir, quotas, **settings)`` -> an :class:`Enforcer`."""
     return lambda tmp, quotas, **settings: Enforcer(spark, tmp, quotas, **settings)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """A real redis-server on a free loopback port (tests/run.sh installs it).
+
+    Missing, it fails loudly: a test needing Redis must not pass without it.
+    """
+    import shutil
+    import subprocess
+    import time
+
+    import redis
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail(
+            "redis-server is not installed; run the tests with `bash tests/run.sh`, which installs it"
+        )
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    for _ in range(100):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail(f"redis-server did not answer on port {port}")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def redis_client(redis_server):
+    import redis
+
+    client = redis.Redis.from_url(redis_server)
+    client.flushdb()
+    yield client
+    client.close()

@@ -1,45 +1,58 @@
-"""The embedded default: its traffic, its source, and `pidquota run` with no arguments."""
+"""The embedded default: generated traffic, its source, and `pidquota run` with no arguments."""
 
 import os
 import subprocess
 import sys
 
-from streaming.demo_source import DemoStreamReader, demo_events
+from conf.loader import DEFAULT_QUOTAS
+from quota import StaticQuotas
+from streaming.demo_source import DemoStreamReader
+from traffic.generator import TrafficGenerator
 
-MIN = 60_000
+HOUR = 3_600_000
+ROGUES = {"User:crash-loop", "User:per-batch", "User:per-error"}
 
 
-def test_demo_traffic_throttles_only_the_rogue_clients(make_enforcer, tmp_path):
-    from conf.loader import DEFAULT_QUOTAS
-    from quota import StaticQuotas
-
-    events = demo_events(0, 30 * MIN)
+def test_a_generated_hour_with_shipped_quotas_throttles_only_the_rogues(make_enforcer, tmp_path):
+    gen = TrafficGenerator(seed=7, rate=40)
+    events = [line for chunk in gen.chunks(HOUR) for line in chunk]
     out = make_enforcer(tmp_path, StaticQuotas.from_file(DEFAULT_QUOTAS).snapshot()).run(events)
-    m = out["metrics"].groupby("principal").agg({"throttled": "sum", "admitted": "sum", "ignored": "sum"})
-    assert m.loc["User:crash-loop", "throttled"] > 200 and m.loc["User:per-batch", "throttled"] > 200
-    for steady in ("User:orders", "User:payments", "User:analytics"):
-        assert m.loc[steady, "throttled"] == 0
-    assert m.loc["User:legacy", "ignored"] == 30 * MIN // 2000 and m.loc["User:legacy", "admitted"] == 0
+    throttled = out["metrics"].groupby("principal").throttled.sum()
+    assert {p for p, n in throttled.items() if n > 0} == ROGUES
+    for good in (
+        "User:steady-orders",
+        "User:steady-payments",
+        "User:txn-ledger",
+        "User:returning",
+        "User:legacy",
+    ):
+        assert throttled.get(good, 0) == 0, good
+    d = out["decisions"]
+    txn = d[d.principal == "User:txn-ledger"]
+    assert len(txn) == 10 and set(txn.verdict) == {"ADMIT"}  # epoch bumps are not new PIDs
+    assert out["metrics"].events.sum() == len(events)
 
 
-def test_demo_events_are_a_pure_function_of_the_range():
-    whole = demo_events(0, 20_000)
-    assert demo_events(0, 7_000) + demo_events(7_000, 20_000) == whole
-
-
-def test_demo_reader_offsets_advance_with_speed_and_cap():
-    r = DemoStreamReader({"speed": "1000", "maxBatchMs": "5000", "startMs": "1000"})
-    assert r.initialOffset() == {"t": 1000}
-    first = r.latestOffset({"t": 1000}, None)["t"]
-    assert 1000 <= first <= 6000
-    parts = r.partitions({"t": 0}, {"t": 10_000})
-    assert [(p.start, p.end) for p in parts] == [(0, 5000), (5000, 10_000)]
-    assert list(r.read(parts[0])) == [(line,) for line in demo_events(0, 5000)]
+def test_demo_reader_streams_the_generator_and_resumes_where_it_stopped():
+    r = DemoStreamReader({"speed": "1000", "maxBatchMs": "60000", "startMs": "1767225600000"})
+    start = r.initialOffset()
+    assert start == {"origin": 1767225600000, "t": 1767225600000}
+    end = r.latestOffset(start, None)
+    assert start["t"] <= end["t"] <= start["t"] + 60_000
+    mid = {"origin": start["origin"], "t": start["t"] + 30_000}
+    first = [x for p in r.partitions(start, mid) for (x,) in r.read(p)]
+    second = [x for p in r.partitions(mid, {**mid, "t": mid["t"] + 30_000}) for (x,) in r.read(p)]
+    # a fresh reader (a restarted query) fast-forwards to the checkpointed offset
+    again = DemoStreamReader({"startMs": "1"})
+    resumed = [x for p in again.partitions(mid, {**mid, "t": mid["t"] + 30_000}) for (x,) in again.read(p)]
+    assert resumed == second
+    gen = TrafficGenerator(seed=7, rate=50, start_ms=start["origin"])
+    assert first + second == gen.events(start["t"] + 60_000)[1]
 
 
 def test_pidquota_run_with_no_arguments_shows_throttling(tmp_path):
     r = subprocess.run(
-        [sys.executable, "-m", "streaming.cli", "run", "--duration", "25"],
+        [sys.executable, "-m", "streaming.cli", "run", "--duration", "30"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -50,5 +63,5 @@ def test_pidquota_run_with_no_arguments_shows_throttling(tmp_path):
     rows = [line.split() for line in r.stdout.splitlines() if line.startswith("User:")]
     throttled = {row[0]: int(row[5].replace("-", "0")) for row in rows}  # the last table wins
     assert throttled["User:crash-loop"] > 0 and throttled["User:per-batch"] > 0
-    assert throttled["User:orders"] == 0 and throttled["User:analytics"] == 0
+    assert throttled["User:steady-orders"] == 0 and throttled["User:txn-ledger"] == 0
     assert (tmp_path / "pidquota-out" / "decisions").is_dir()
