@@ -57,6 +57,11 @@ def coerce(setting: Setting, raw: Any, origin: str) -> Any:
             if isinstance(raw, bool):
                 raise ValueError
             value = int(raw) if isinstance(raw, int) else int(str(raw).strip())
+        elif kind is bool:
+            text = str(raw).strip().lower()
+            if text not in ("true", "false"):
+                raise ValueError
+            value = text == "true"
         elif kind is float:
             value = float(raw)
             if not math.isfinite(value):
@@ -173,10 +178,20 @@ def render_properties() -> str:
         "# variables (dots as underscores, upper case) or `pidquota run --set key=value`.",
     ]
     for s in SETTINGS:
-        lines += ["", f"# {s.doc}", f"# Default {s.default!r}: {s.reason}", f"# Range: {s.range_text()}."]
-        lines.append(f"{s.name}={s.default}")
+        lines += ["", f"# {s.doc}", f"# Default {s.shown_default}: {s.reason}", f"# Range: {s.range_text()}."]
+        value = str(s.default).lower() if isinstance(s.default, bool) else s.default
+        lines.append(f"{s.name}={value}")
     return "\n".join(lines) + "\n"
 
 
+def render_markdown() -> str:
+    """The README's settings table (between its ``settings`` markers)."""
+    rows = ["| key | default | what it does |", "|---|---|---|"]
+    rows += [f"| `{s.name}` | `{s.shown_default}` | {s.doc} |" for s in SETTINGS]
+    return "\n".join(rows) + "\n"
+
+
 if __name__ == "__main__":
-    print(render_properties(), end="")
+    import sys
+
+    print(render_markdown() if "--markdown" in sys.argv else render_properties(), end="")

@@ -25,10 +25,19 @@ class Setting:
     secret: bool = False
 
     @property
+    def shown_default(self) -> str:
+        """The default as a properties file (and the README) writes it."""
+        if isinstance(self.default, bool):
+            return str(self.default).lower()
+        return repr(self.default) if isinstance(self.default, str) else str(self.default)
+
+    @property
     def env_var(self) -> str:
         return "PIDQUOTA_" + self.name.replace(".", "_").replace("-", "_").upper()
 
     def range_text(self) -> str:
+        if self.type is bool:
+            return "true or false"
         if self.choices:
             return "one of " + ", ".join(self.choices)
         lo = "" if self.min is None else (f"> {self.min}" if self.min_exclusive else f">= {self.min}")
@@ -117,6 +126,93 @@ SETTINGS: tuple[Setting, ...] = (
         "is evicted once the watermark passes their expiry. Late events are never dropped: "
         "they are judged at the principal's current time.",
         min=0,
+    ),
+    # -- pidquota: Kafka ---------------------------------------------------------------
+    Setting(
+        "pidquota.kafka.starting.offsets",
+        str,
+        "earliest",
+        "A new query on a topic judges everything the topic holds; `latest` would skip "
+        "what was produced before it started.",
+        "Where a new query starts reading a Kafka input: earliest, latest, a timestamp in "
+        'ms (ListOffsets by time), or a JSON map {"topic": {"0": offset}}. A query '
+        "that resumes from its checkpoint ignores it.",
+    ),
+    Setting(
+        "pidquota.kafka.fail.on.data.loss",
+        bool,
+        True,
+        "Losing events silently would let a rogue client through unjudged; stop and say so.",
+        "Fail the query when offsets it must read are gone (deleted by retention, topic "
+        "truncated or recreated). false: skip the gap, log it and carry on.",
+    ),
+    Setting(
+        "pidquota.kafka.fetch.timeout.ms",
+        int,
+        60_000,
+        "Long enough to ride out a broker restart or leader election, short enough that "
+        "a dead broker fails the query with a message within a minute.",
+        "How long a read waits for data it knows exists before failing the query.",
+        min=1000,
+    ),
+    Setting(
+        "pidquota.kafka.decisions.topic",
+        str,
+        "",
+        "Empty: decisions go to files only. Set it (or --decisions-topic) to also send them to Kafka.",
+        "Kafka topic for decisions, keyed by principal.",
+    ),
+    Setting(
+        "pidquota.kafka.metrics.topic",
+        str,
+        "",
+        "Empty: metrics go to files only.",
+        "Kafka topic for the per-principal metrics rows, keyed by principal.",
+    ),
+    Setting(
+        "pidquota.kafka.dead.letters.topic",
+        str,
+        "",
+        "Empty: dead letters go to files only.",
+        "Kafka topic for dead letters (raw record, reason, source position).",
+    ),
+    Setting(
+        "pidquota.kafka.security.protocol",
+        str,
+        "PLAINTEXT",
+        "Kafka's own default.",
+        "security.protocol of the Kafka clients.",
+        choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+    ),
+    Setting(
+        "pidquota.kafka.sasl.mechanism",
+        str,
+        "",
+        "Empty unless the protocol is SASL_*.",
+        "sasl.mechanism of the Kafka clients.",
+        choices=("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+    ),
+    Setting(
+        "pidquota.kafka.sasl.username",
+        str,
+        "",
+        "No authentication by default.",
+        "SASL username.",
+    ),
+    Setting(
+        "pidquota.kafka.sasl.password",
+        str,
+        "",
+        "No authentication by default; prefer the environment variable to a file.",
+        "SASL password. Never logged.",
+        secret=True,
+    ),
+    Setting(
+        "pidquota.kafka.ssl.cafile",
+        str,
+        "",
+        "Empty: the system's trust store.",
+        "CA certificate file for SSL/SASL_SSL.",
     ),
     # -- pidquota: Spark ---------------------------------------------------------------
     Setting(

@@ -18,6 +18,7 @@ from pathlib import Path
 from conf.errors import PidquotaError
 from conf.loader import load, parse_overrides
 from quota import StaticQuotas
+from streaming.kafka_common import KafkaUrl, security_options
 from traffic import commands as traffic_commands
 
 log = logging.getLogger("pidquota")
@@ -31,7 +32,11 @@ def _parser() -> argparse.ArgumentParser:
         help="run the enforcer (the demo when no --input is given)",
         description="Run the producer-ID quota enforcer. Without --input: the embedded demo.",
     )
-    run.add_argument("--input", metavar="PATH", help="JSON-lines file or folder of them (default: demo)")
+    run.add_argument(
+        "--input",
+        metavar="PATH|URL",
+        help="JSON-lines file or folder, or kafka://HOST:PORT/TOPIC (default: demo)",
+    )
     run.add_argument("--output", metavar="DIR", default="pidquota-out", help="output folder (%(default)s)")
     run.add_argument("--once", action="store_true", help="process everything available, then exit")
     run.add_argument("--quotas", metavar="FILE", help="JSON quota file (default: conf/quotas.json)")
@@ -43,6 +48,18 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--duration", metavar="SECONDS", type=float, help="stop after this long")
     run.add_argument("--speed", type=float, default=60.0, help="demo: event time per wall time (%(default)s)")
     run.add_argument("--fresh", action="store_true", help="demo: delete OUTPUT first, start from scratch")
+    run.add_argument(
+        "--starting-offsets",
+        metavar="WHERE",
+        help="Kafka input, new query: earliest (default), latest, a timestamp in ms, or a JSON offset map",
+    )
+    for kind in ("decisions", "metrics", "dead-letters"):
+        run.add_argument(
+            f"--{kind}-topic",
+            metavar="TOPIC|URL",
+            help=f"also send {kind.replace('-', ' ')} to this Kafka topic (a name on the input's cluster, "
+            "or kafka://HOST:PORT/TOPIC)",
+        )
     traffic_commands.add_parsers(sub)
     return ap
 
@@ -53,6 +70,12 @@ def run(args: argparse.Namespace) -> int:
         overrides["pidquota.quotas.file"] = args.quotas
     if args.checkpoint:
         overrides["pidquota.checkpoint.location"] = args.checkpoint
+    if args.starting_offsets:
+        overrides["pidquota.kafka.starting.offsets"] = args.starting_offsets
+    for kind in ("decisions", "metrics", "dead_letters"):
+        topic = getattr(args, f"{kind}_topic")
+        if topic:
+            overrides[f"pidquota.kafka.{kind.replace('_', '.')}.topic"] = topic
     config = load(args.config, overrides)
     quotas = StaticQuotas.from_file(config.quotas_path())
     demo = args.input is None
@@ -67,11 +90,13 @@ def run(args: argparse.Namespace) -> int:
 
     from streaming import query as q
     from streaming.demo_source import DemoDataSource
+    from streaming.kafka_source import KafkaDataSource
     from streaming.session import spark_session
     from streaming.sink import JsonlSink
     from streaming.table import UserTable
 
     spark = spark_session(config)
+    spark.dataSource.register(KafkaDataSource)
     if demo:
         spark.dataSource.register(DemoDataSource)
         lines = spark.readStream.format("pidquota-demo").option("speed", args.speed).load()
@@ -81,9 +106,12 @@ def run(args: argparse.Namespace) -> int:
             f"pidquota demo: {args.speed:g}x event time, quotas from {config.quotas_path()}, "
             f"output in {out}/ (Ctrl-C to stop)"
         )
+    elif args.input.startswith("kafka://"):
+        lines = q.kafka_source(spark, KafkaUrl.parse(args.input), config)
+        sink = JsonlSink(out, kafka=kafka_outputs(config, args.input))
     else:
         lines = q.file_source(spark, args.input, config["pidquota.max.events.per.trigger"])
-        sink = JsonlSink(out)
+        sink = JsonlSink(out, kafka=kafka_outputs(config, None))
     query = q.start(
         q.enforcer(lines, config, quotas), sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"]
     )
@@ -96,6 +124,32 @@ def run(args: argparse.Namespace) -> int:
         f"{t.rows['metrics']} metric rows, {t.rows['dead-letters']} dead letters under {out}/"
     )
     return 0
+
+
+def kafka_outputs(config, input_url: str | None) -> dict | None:
+    """Options for the Kafka writer from the ``pidquota.kafka.*.topic`` settings, or None."""
+    topics = {
+        "decisionsTopic": config["pidquota.kafka.decisions.topic"],
+        "metricsTopic": config["pidquota.kafka.metrics.topic"],
+        "deadLettersTopic": config["pidquota.kafka.dead.letters.topic"],
+    }
+    topics = {k: v for k, v in topics.items() if v}
+    if not topics:
+        return None
+    bootstrap = None
+    for key, value in topics.items():
+        if value.startswith("kafka://"):
+            url = KafkaUrl.parse(value)
+            if bootstrap not in (None, url.bootstrap):
+                raise PidquotaError("all output topics must be on one Kafka cluster")
+            bootstrap, topics[key] = url.bootstrap, url.topic
+    if bootstrap is None:
+        if input_url is None:
+            raise PidquotaError(
+                "an output topic given by name needs a Kafka input; with a file input use kafka://HOST:PORT/TOPIC"
+            )
+        bootstrap = KafkaUrl.parse(input_url).bootstrap
+    return {"kafka.bootstrap.servers": bootstrap, **security_options(config), **topics}
 
 
 def _wait(query, duration: float | None) -> BaseException | None:

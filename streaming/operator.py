@@ -49,8 +49,8 @@ def _dead_letters(pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     for pdf in pdfs:
         if len(pdf):
             rows = [
-                _row(kind=KIND_DEAD, raw=r, reason=why)
-                for r, why in zip(pdf["raw"], pdf["reason"], strict=True)
+                _row(kind=KIND_DEAD, raw=r, reason=why, source=src)
+                for r, why, src in zip(pdf["raw"], pdf["reason"], pdf["source"], strict=True)
             ]
             yield _frame(rows)
 

@@ -16,7 +16,9 @@ _INTEGER_TYPES = r"^(TINYINT|SMALLINT|INT|BIGINT)$"
 _WHOLE_DECIMAL = r"^DECIMAL\([0-9]+,0\)$"  # an integer too large for int64
 
 
-def _field_checks(v: Column, max_principal: int) -> tuple[list[tuple[Column, Column]], dict[str, Column]]:
+def _field_checks(
+    v: Column, max_principal: int, fallback_ts: Column | None
+) -> tuple[list[tuple[Column, Column]], dict[str, Column]]:
     checks: list[tuple[Column, Column]] = []
     values: dict[str, Column] = {}
     for name, spark_type, required, bounds in EVENT_FIELDS:
@@ -24,7 +26,7 @@ def _field_checks(v: Column, max_principal: int) -> tuple[list[tuple[Column, Col
         kind = F.schema_of_variant(sub)
         absent = sub.isNull() | (kind == "VOID")  # missing, or JSON null
         shown = F.substring(F.to_json(sub), 1, 80)
-        if required:
+        if required and not (name == "timestamp" and fallback_ts is not None):
             checks.append((absent, F.lit(f"missing required field '{name}'")))
         if spark_type.typeName() == "string":
             checks.append(
@@ -50,6 +52,8 @@ def _field_checks(v: Column, max_principal: int) -> tuple[list[tuple[Column, Col
         checks.append(
             (~absent & out_of_range, F.concat(F.lit(f"field '{name}' is out of range ({span}): "), shown))
         )
+    if fallback_ts is not None:  # Kafka: an event without a timestamp takes its record's
+        values["timestamp"] = F.coalesce(values["timestamp"], fallback_ts)
     principal = values["principal"]
     checks += [
         (F.trim(principal) == "", F.lit("principal is empty")),
@@ -58,15 +62,36 @@ def _field_checks(v: Column, max_principal: int) -> tuple[list[tuple[Column, Col
     return checks, values
 
 
+def _source(lines: DataFrame) -> Column:
+    """Where a record came from, for its dead letter: Kafka position or file."""
+    if "kafka_offset" in lines.columns:
+        return F.concat_ws("", "kafka_topic", F.lit("/"), "kafka_partition", F.lit("@"), "kafka_offset")
+    if "_metadata" in lines.columns or lines.isStreaming:
+        try:
+            lines.select("_metadata.file_path")
+            return F.col("_metadata.file_path")
+        except Exception:  # not a file source
+            pass
+    return F.lit(None).cast("string")
+
+
 def parse_events(lines: DataFrame, max_principal: int) -> DataFrame:
     """``value`` strings in; operator input rows out (``OPERATOR_INPUT_COLUMNS``).
 
     Valid events have ``kind = 'E'``; everything else ``kind = 'D'`` with the
-    raw text and the first reason found. Nothing is dropped.
+    raw text, the first reason found and the record's source. Nothing is
+    dropped. With a ``kafka_timestamp`` column (the Kafka source), an event
+    without a ``timestamp`` takes its record's timestamp.
     """
-    parsed = lines.select(F.col("value").alias("raw"), F.try_parse_json("value").alias("v"))
+    fallback = F.col("kafka_timestamp") if "kafka_timestamp" in lines.columns else None
+    parsed = lines.select(
+        F.col("value").alias("raw"),
+        F.try_parse_json("value").alias("v"),
+        _source(lines).alias("source"),
+        *([fallback.alias("kafka_timestamp")] if fallback is not None else []),
+    )
     v = F.col("v")
-    checks, values = _field_checks(v, max_principal)
+    checks, values = _field_checks(v, max_principal, fallback)
     checks = [
         (F.col("raw").isNull() | (F.trim("raw") == ""), F.lit("empty record")),
         (v.isNull(), F.lit("not valid JSON")),
@@ -79,6 +104,7 @@ def parse_events(lines: DataFrame, max_principal: int) -> DataFrame:
         reason = F.when(cond, why).otherwise(reason)
     checked = parsed.select(
         "raw",
+        "source",
         reason.alias("reason"),
         *(values[n].alias(n) for n in ("principal", "producer_id", "timestamp")),
         values["producer_epoch"].alias("producer_epoch"),
@@ -92,4 +118,5 @@ def parse_events(lines: DataFrame, max_principal: int) -> DataFrame:
         F.when(ok, F.col("timestamp")).alias("timestamp"),
         F.when(~ok, F.col("raw")).alias("raw"),
         F.col("reason"),
+        F.when(~ok, F.col("source")).alias("source"),
     )

@@ -11,6 +11,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from conf.errors import InputError
 from conf.loader import Config
 from quota import QuotaSource
+from streaming.kafka_common import security_options
 from streaming.operator import make_state_function
 from streaming.parse import parse_events
 from streaming.schema import (
@@ -43,6 +44,22 @@ def file_source(spark, path: str, max_files: int) -> DataFrame:
     if p.is_file():
         return reader.option("pathGlobFilter", p.name).load(str(p.parent.resolve()))
     return reader.load(str(p.resolve()))
+
+
+def kafka_source(spark, url, config) -> DataFrame:
+    """A Kafka topic as a stream of ``value`` lines plus the record's position and time."""
+    options = {
+        "kafka.bootstrap.servers": url.bootstrap,
+        "subscribe": url.topic,
+        "startingOffsets": config["pidquota.kafka.starting.offsets"],
+        "failOnDataLoss": str(config["pidquota.kafka.fail.on.data.loss"]).lower(),
+        "fetchTimeoutMs": str(config["pidquota.kafka.fetch.timeout.ms"]),
+        **security_options(config),
+    }
+    if config["pidquota.max.events.per.trigger"]:
+        options["maxOffsetsPerTrigger"] = str(config["pidquota.max.events.per.trigger"])
+    # (Spark lower-cases these keys on the way to the reader, which expects that.)
+    return spark.readStream.format("pidquota-kafka").options(**options).load()
 
 
 def os_readable(p: Path) -> bool:

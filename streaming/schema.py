@@ -48,7 +48,16 @@ KIND_EVENT, KIND_DEAD = "E", "D"  # group-key kinds going into the stateful oper
 KIND_DECISION, KIND_METRIC = "decision", "metric"  # rows coming out of it
 
 # What goes into the stateful operator: events and dead letters, one schema.
-OPERATOR_INPUT_COLUMNS = ("kind", "principal", "producer_id", "producer_epoch", "timestamp", "raw", "reason")
+OPERATOR_INPUT_COLUMNS = (
+    "kind",
+    "principal",
+    "producer_id",
+    "producer_epoch",
+    "timestamp",
+    "raw",
+    "reason",
+    "source",
+)
 
 DECISION_COLUMNS = (
     "principal",
@@ -78,7 +87,7 @@ METRIC_COLUMNS = (
     "state_bytes",
     "layers",
 )
-DEAD_LETTER_COLUMNS = ("raw", "reason")
+DEAD_LETTER_COLUMNS = ("raw", "reason", "source")
 
 # The stateful operator's output: the union of the three row kinds.
 OUTPUT_SCHEMA = StructType(
@@ -105,6 +114,7 @@ OUTPUT_SCHEMA = StructType(
         StructField("layers", IntegerType()),
         StructField("raw", StringType()),
         StructField("reason", StringType()),
+        StructField("source", StringType()),
     ]
 )
 OUTPUT_COLUMNS = tuple(f.name for f in OUTPUT_SCHEMA.fields)

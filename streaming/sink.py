@@ -1,8 +1,10 @@
-"""The ``foreachBatch`` sink: JSON-lines files per output kind, one file per batch.
+"""The ``foreachBatch`` sink: JSON-lines files per output kind, one file per batch,
+and optionally the same rows to Kafka topics.
 
 A batch's file is written under a temporary name and renamed into place, and
 its name is the batch id, so a batch that Spark replays after a crash
-overwrites its own earlier output instead of duplicating it.
+overwrites its own earlier output instead of duplicating it. Kafka delivery
+is at least once (see ``streaming/kafka_sink.py``).
 """
 
 from __future__ import annotations
@@ -56,8 +58,14 @@ class JsonlSink:
     with the batch's rows per output name (the demo table uses it).
     """
 
-    def __init__(self, out_dir: str | Path, on_batch: Callable[[int, dict], None] | None = None):
+    def __init__(
+        self,
+        out_dir: str | Path,
+        on_batch: Callable[[int, dict], None] | None = None,
+        kafka: dict | None = None,
+    ):
         self.out_dir = Path(out_dir)
+        self.kafka = kafka  # options of the pidquota-kafka writer, or None
         for name in OUTPUTS:
             (self.out_dir / name).mkdir(parents=True, exist_ok=True)
         self.on_batch = on_batch
@@ -77,6 +85,14 @@ class JsonlSink:
             elif target.exists():  # a replay that now writes nothing
                 target.unlink()
             self.totals.rows[name] += len(part)
+        if self.kafka and table.num_rows:
+            # The batch is already collected: send that, rather than running the
+            # stateful operator a second time for a second action on batch_df.
+            with_id = table.append_column("batch_id", pa.array([batch_id] * table.num_rows, pa.int64()))
+            spark = batch_df.sparkSession
+            spark.createDataFrame(with_id).write.format("pidquota-kafka").options(**self.kafka).mode(
+                "append"
+            ).save()
         self.totals.batches += 1
         if self.on_batch is not None:
             self.on_batch(batch_id, frames)

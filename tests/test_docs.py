@@ -10,12 +10,18 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 
+def test_settings_table_is_the_generated_one():
+    from conf.loader import render_markdown
+
+    block = README.split("<!-- settings:start")[1].split("-->", 1)[1].split("<!-- settings:end -->")[0]
+    assert block.lstrip("\n") == render_markdown()
+
+
 def test_every_setting_is_documented_with_its_default():
     for s in SETTINGS:
         row = next((line for line in README.splitlines() if line.startswith(f"| `{s.name}` |")), None)
         assert row is not None, s.name
-        shown = repr(s.default) if isinstance(s.default, str) else str(s.default)
-        assert f"`{shown}`" in row, (s.name, row)
+        assert f"`{s.shown_default}`" in row, (s.name, row)
 
 
 def test_every_event_field_and_output_column_is_documented():

@@ -1,0 +1,273 @@
+"""A Kafka streaming source on kafka-python (``pidquota-kafka``).
+
+Spark's own Kafka connector is a JVM jar; this one is a Python data source.
+Offsets are ``{topic: {partition: offset}}`` (JSON keys are strings).
+
+End offsets are the larger of ListOffsets "latest" and the high watermark
+that a Fetch reports. On Kafka the two agree. Tansu, the broker the tests
+run, under-reports ListOffsets at the end of a multi-record batch while its
+high watermark is right, so this source reads exactly to the true end on both.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from streaming.kafka_common import KafkaError, client_kwargs, normalized
+
+SCHEMA = "value string, kafka_topic string, kafka_partition int, kafka_offset long, kafka_timestamp long"
+_ARROW = pa.schema(
+    [
+        ("value", pa.string()),
+        ("kafka_topic", pa.string()),
+        ("kafka_partition", pa.int32()),
+        ("kafka_offset", pa.int64()),
+        ("kafka_timestamp", pa.int64()),
+    ]
+)
+_BATCH_ROWS = 10_000
+
+
+class KafkaRange(InputPartition):
+    def __init__(self, topic: str, partition: int, start: int, end: int, options: dict):
+        self.topic, self.partition, self.start, self.end, self.options = topic, partition, start, end, options
+
+
+def _consumer(options: dict, **extra):
+    from kafka import KafkaConsumer
+
+    try:
+        return KafkaConsumer(
+            enable_auto_commit=False,
+            client_id="pidquota",
+            request_timeout_ms=int(options.get("requesttimeoutms", 30_000)),
+            **client_kwargs(options),
+            **extra,
+        )
+    except Exception as exc:  # kafka-python raises several kinds here
+        raise KafkaError(
+            f"cannot connect to Kafka at {options['kafka.bootstrap.servers']}: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def _lost(what: str, options: dict) -> None:
+    if options.get("failondataloss", "true").lower() == "true":
+        raise KafkaError(
+            f"data loss: {what}. The query cannot resume where it stopped; set "
+            "pidquota.kafka.fail.on.data.loss=false to skip what is gone and carry on"
+        )
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    def __init__(self, options: dict):
+        options = normalized(options)
+        if not options.get("kafka.bootstrap.servers") or not options.get("subscribe"):
+            raise KafkaError("the Kafka source needs options 'kafka.bootstrap.servers' and 'subscribe'")
+        self.options = options
+        self.topics = [t.strip() for t in options["subscribe"].split(",") if t.strip()]
+        self.max_per_trigger = int(options.get("maxoffsetspertrigger", 0))
+        self._client = None
+
+    # -- driver side -------------------------------------------------------------------
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = _consumer(self.options)
+        return self._client
+
+    def _partitions(self):
+        from kafka import TopicPartition
+
+        tps = []
+        for topic in self.topics:
+            parts = self.client.partitions_for_topic(topic)
+            if not parts:
+                raise KafkaError(
+                    f"topic {topic!r} does not exist on {self.options['kafka.bootstrap.servers']}"
+                )
+            tps += [TopicPartition(topic, p) for p in sorted(parts)]
+        return tps
+
+    def _end_offsets(self, tps) -> dict:
+        """max(ListOffsets latest, Fetch high watermark) per partition.
+
+        A fresh consumer each time, as a consumer keeps the last high
+        watermark it saw and would hand back a stale one.
+        """
+        listed = self.client.end_offsets(tps)
+        probe = _consumer(self.options, fetch_max_wait_ms=10, max_partition_fetch_bytes=1024)
+        try:
+            probe.assign(tps)
+            for tp in tps:
+                probe.seek(tp, listed[tp])
+            deadline = time.monotonic() + 10
+            while any(probe.highwater(tp) is None for tp in tps) and time.monotonic() < deadline:
+                probe.poll(timeout_ms=50, max_records=1, update_offsets=False)
+            return {tp: max(listed[tp], probe.highwater(tp) or 0) for tp in tps}
+        finally:
+            probe.close()
+
+    def _map(self, offsets: dict) -> dict:
+        out: dict[str, dict[str, int]] = {}
+        for tp, off in offsets.items():
+            out.setdefault(tp.topic, {})[str(tp.partition)] = int(off)
+        return out
+
+    def initialOffset(self) -> dict:
+        tps = self._partitions()
+        how = self.options.get("startingoffsets", "earliest").strip()
+        if how == "earliest":
+            return self._map(self.client.beginning_offsets(tps))
+        if how == "latest":
+            return self._map(self._end_offsets(tps))
+        if how.lstrip("-").isdigit():  # a timestamp in ms: ListOffsets by time
+            found = self.client.offsets_for_times({tp: int(how) for tp in tps})
+            ends = self._end_offsets(tps)
+            return self._map({tp: (found[tp].offset if found[tp] else ends[tp]) for tp in tps})
+        try:
+            given = json.loads(how)
+        except json.JSONDecodeError:
+            raise KafkaError(
+                f"startingOffsets {how!r} is not earliest, latest, a timestamp in ms or a JSON offset map"
+            ) from None
+        earliest = self._map(self.client.beginning_offsets(tps))
+        for topic, parts in given.items():
+            for p, off in parts.items():
+                if topic not in earliest or str(p) not in earliest[topic]:
+                    raise KafkaError(f"startingOffsets names {topic}-{p}, which does not exist")
+                earliest[topic][str(p)] = int(off)
+        return earliest
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        tps = self._partitions()
+        ends = self._map(self._end_offsets(tps))
+        begins = self._map(self.client.beginning_offsets(tps))
+        for topic, parts in ends.items():  # partitions that appeared start at their beginning
+            for p in parts:
+                start.setdefault(topic, {}).setdefault(p, begins[topic][p])
+        if isinstance(limit, ReadMaxRows) or (
+            not isinstance(limit, ReadAllAvailable) and self.max_per_trigger
+        ):
+            budget = limit.max_rows if isinstance(limit, ReadMaxRows) else self.max_per_trigger
+            avail = {(t, p): max(0, ends[t][p] - start[t][p]) for t in ends for p in ends[t]}
+            total = sum(avail.values())
+            if total > budget:
+                for (t, p), n in avail.items():  # each partition its share, rounded down, at least progress
+                    ends[t][p] = start[t][p] + min(n, max(1 if n else 0, math.floor(budget * n / total)))
+        return ends
+
+    def getDefaultReadLimit(self):
+        return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()
+
+    def partitions(self, start: dict, end: dict):
+        ranges = []
+        for topic, parts in end.items():
+            for p, until in parts.items():
+                since = start.get(topic, {}).get(p, 0)
+                if until > since:
+                    ranges.append(KafkaRange(topic, int(p), int(since), int(until), self.options))
+                elif until < since:
+                    _lost(
+                        f"{topic}-{p} went back from offset {since} to {until} (truncated or recreated)",
+                        self.options,
+                    )
+        return ranges
+
+    def commit(self, end: dict) -> None:
+        pass  # Spark's checkpoint is the source of truth; nothing is committed to Kafka
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    # -- executor side -------------------------------------------------------------------
+    def read(self, partition: KafkaRange) -> Iterator[pa.RecordBatch]:
+        from kafka import TopicPartition
+
+        opts = partition.options
+        tp = TopicPartition(partition.topic, partition.partition)
+        consumer = _consumer(opts, fetch_max_wait_ms=100, max_partition_fetch_bytes=4 << 20)
+        try:
+            consumer.assign([tp])
+            first = consumer.beginning_offsets([tp])[tp]
+            pos = partition.start
+            if first > pos:
+                _lost(
+                    f"{tp.topic}-{tp.partition} offsets {pos}..{first - 1} were deleted before they were read",
+                    opts,
+                )
+                pos = first
+            consumer.seek(tp, pos)
+            timeout_s = int(opts.get("fetchtimeoutms", 60_000)) / 1000
+            deadline = time.monotonic() + timeout_s
+            cols: tuple[list, ...] = ([], [], [], [], [])
+            while pos < partition.end:
+                batch = consumer.poll(timeout_ms=500, max_records=_BATCH_ROWS).get(tp, [])
+                if not batch:
+                    if time.monotonic() > deadline:
+                        raise KafkaError(
+                            f"no data from {tp.topic}-{tp.partition} for {timeout_s:.0f} s while reading offsets "
+                            f"{pos}..{partition.end - 1} from {opts['kafka.bootstrap.servers']}: is the broker up?"
+                        )
+                    continue
+                deadline = time.monotonic() + timeout_s
+                for rec in batch:
+                    if rec.offset >= partition.end:
+                        break
+                    cols[0].append(rec.value.decode("utf-8", "replace") if rec.value is not None else None)
+                    cols[3].append(rec.offset)
+                    cols[4].append(rec.timestamp)
+                pos = batch[-1].offset + 1
+                if len(cols[0]) >= _BATCH_ROWS or pos >= partition.end:
+                    yield _record_batch(cols, tp)
+                    cols = ([], [], [], [], [])
+            if cols[0]:
+                yield _record_batch(cols, tp)
+        finally:
+            consumer.close()
+
+
+def _record_batch(cols, tp) -> pa.RecordBatch:
+    n = len(cols[0])
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(cols[0], pa.string()),
+            pa.array([tp.topic] * n, pa.string()),
+            pa.array([tp.partition] * n, pa.int32()),
+            pa.array(cols[3], pa.int64()),
+            pa.array(cols[4], pa.int64()),
+        ],
+        schema=_ARROW,
+    )
+
+
+class KafkaDataSource(DataSource):
+    """``spark.readStream.format("pidquota-kafka").option("kafka.bootstrap.servers", ...)
+    .option("subscribe", "events").load()``; see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pidquota-kafka"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema) -> KafkaStreamReader:
+        return KafkaStreamReader(self.options)
+
+    def writer(self, schema, overwrite: bool):
+        from streaming.kafka_sink import KafkaBatchWriter
+
+        return KafkaBatchWriter(self.options)
+
+    def streamWriter(self, schema, overwrite: bool):
+        from streaming.kafka_sink import KafkaStreamWriter
+
+        return KafkaStreamWriter(self.options)
