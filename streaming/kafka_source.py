@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from streaming.kafka_common import KafkaError, client_kwargs, normalized
 
@@ -65,7 +65,7 @@ def _lost(what: str, options: dict) -> None:
         )
 
 
-class KafkaStreamReader(DataSourceStreamReader):
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict):
         options = normalized(options)
         if not options.get("kafka.bootstrap.servers") or not options.get("subscribe"):
@@ -74,6 +74,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.topics = [t.strip() for t in options["subscribe"].split(",") if t.strip()]
         self.max_per_trigger = int(options.get("maxoffsetspertrigger", 0))
         self._client = None
+        self._target: dict | None = None  # availableNow: the end offsets when the query started
 
     # -- driver side -------------------------------------------------------------------
     @property
@@ -145,9 +146,17 @@ class KafkaStreamReader(DataSourceStreamReader):
                 earliest[topic][str(p)] = int(off)
         return earliest
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        """availableNow: read what is there now, in batches of maxOffsetsPerTrigger."""
+        self._target = self._map(self._end_offsets(self._partitions()))
+
     def latestOffset(self, start: dict, limit) -> dict:
         tps = self._partitions()
-        ends = self._map(self._end_offsets(tps))
+        if self._target is not None:
+            ends = {t: dict(parts) for t, parts in self._target.items()}
+            limit = ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()
+        else:
+            ends = self._map(self._end_offsets(tps))
         begins = self._map(self.client.beginning_offsets(tps))
         for topic, parts in ends.items():  # partitions that appeared start at their beginning
             for p in parts:

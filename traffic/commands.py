@@ -58,8 +58,16 @@ def add_parsers(sub) -> None:
     gen.add_argument(
         "--rate", type=float, default=200.0, help="requests/s of event time from the well-behaved producers"
     )
-    gen.add_argument("--output", metavar="FILE.jsonl", required=True, help="where to write the events")
-    gen.add_argument("--summary", metavar="FILE", help="per-principal summary (default: OUTPUT.summary.json)")
+    target = gen.add_mutually_exclusive_group(required=True)
+    target.add_argument("--output", metavar="FILE.jsonl", help="write the events to this file")
+    target.add_argument(
+        "--to", metavar="URL", help="produce the events to kafka://HOST:PORT/TOPIC, keyed by principal"
+    )
+    gen.add_argument(
+        "--summary",
+        metavar="FILE",
+        help="per-principal summary (default: OUTPUT.summary.json; with --to: stderr only)",
+    )
     gen.add_argument(
         "--start", type=int, default=DEFAULT_START_MS, help="first event time, ms since the epoch"
     )
@@ -90,26 +98,27 @@ def run_generate(args: argparse.Namespace) -> int:
         start_ms=args.start,
         store=block_store(args),
     )
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    wall0, count = time.monotonic(), 0
-    with out.open("w", encoding="utf-8") as f:
-        for lines in gen.chunks(duration, chunk_ms=10_000 if args.speed else 60_000):
-            if lines:
-                f.write("\n".join(lines))
-                f.write("\n")
-                count += len(lines)
+    chunk_ms = 10_000 if args.speed else 60_000
+    wall0 = time.monotonic()
+    with _EventSink(args) as sink:
+        for lines, keys in gen.keyed_chunks(duration, chunk_ms=chunk_ms):
+            sink.write(lines, keys)
             if args.speed:
-                f.flush()
+                sink.flush()
                 ahead = (gen.now_ms - gen.start_ms) / args.speed / 1000 - (time.monotonic() - wall0)
                 if ahead > 0:
                     time.sleep(ahead)
+    count = sink.count
     summary = {"events": count, "seed": args.seed, "duration_ms": duration, **gen.summary()}
-    summary_path = Path(args.summary) if args.summary else out.with_name(out.name + ".summary.json")
-    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    summary_path = Path(args.summary) if args.summary else None
+    if summary_path is None and args.output:
+        summary_path = Path(args.output).with_name(Path(args.output).name + ".summary.json")
+    if summary_path is not None:
+        summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     secs = time.monotonic() - wall0
+    where = args.output or redacted_url(args.to)
     print(
-        f"pidquota: wrote {count:,} events to {out} in {secs:.1f} s; summary in {summary_path}",
+        f"pidquota: wrote {count:,} events to {where} in {secs:.1f} s; summary in {summary_path or '-'}",
         file=sys.stderr,
     )
     for principal, s in summary["principals"].items():
@@ -118,6 +127,63 @@ def run_generate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+class _EventSink:
+    """JSON lines to a file, or records to a Kafka topic keyed by principal."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args, self.count = args, 0
+        self._file = self._producer = None
+
+    def __enter__(self) -> _EventSink:
+        if self.args.output:
+            out = Path(self.args.output)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            self._file = out.open("w", encoding="utf-8")
+        else:
+            from kafka import KafkaProducer
+
+            from streaming.kafka_common import KafkaUrl
+
+            url = KafkaUrl.parse(self.args.to)
+            self.topic = url.topic
+            try:
+                self._producer = KafkaProducer(
+                    bootstrap_servers=url.bootstrap.split(","),
+                    linger_ms=20,
+                    enable_idempotence=True,
+                    acks="all",
+                )
+            except Exception as exc:
+                raise PidquotaError(
+                    f"cannot connect to Kafka at {url.bootstrap}: {type(exc).__name__}: {exc}"
+                ) from None
+        return self
+
+    def write(self, lines: list[str], keys: list[str]) -> None:
+        if not lines:
+            return
+        if self._file is not None:
+            self._file.write("\n".join(lines))
+            self._file.write("\n")
+        else:
+            for line, key in zip(lines, keys, strict=True):
+                self._producer.send(self.topic, key=key.encode(), value=line.encode())
+        self.count += len(lines)
+
+    def flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+        else:
+            self._producer.flush()
+
+    def __exit__(self, *exc) -> None:
+        if self._file is not None:
+            self._file.close()
+        if self._producer is not None:
+            self._producer.flush()
+            self._producer.close()
 
 
 def run_blocks(args: argparse.Namespace) -> int:

@@ -60,9 +60,14 @@ class TrafficGenerator:
 
     def events(self, end_ms: int) -> tuple[np.ndarray, list[str]]:
         """Advance to ``end_ms``; return the timestamps and JSON lines of ``[now, end)``."""
+        ts, lines, _ = self.keyed_events(end_ms)
+        return ts, lines
+
+    def keyed_events(self, end_ms: int) -> tuple[np.ndarray, list[str], list[str]]:
+        """Like :meth:`events`, plus each line's principal (a Kafka key)."""
         if end_ms < self.now_ms:
             raise ValueError(f"cannot go back in time: at {self.now_ms}, asked for {end_ms}")
-        times, which, bodies = [], [], []
+        times, which, bodies, owners = [], [], [], []
         while self.now_ms < end_ms:
             a = self.now_ms
             b = min(end_ms, (a - self.start_ms) // STEP_MS * STEP_MS + self.start_ms + STEP_MS)
@@ -80,21 +85,28 @@ class TrafficGenerator:
                         f'"client_id":"{seg.client}",{txn}"broker_id":{int(leaders[seg.partition])},'
                         f'"topic":"{self._topics[beh.principal]}","partition":{seg.partition}}}'
                     )
+                    owners.append(beh.principal)
                     times.append(t)
                     which.append(np.full(len(t), len(bodies) - 1, dtype=np.int64))
             self.now_ms = b
         if not times:
-            return np.empty(0, dtype=np.int64), []
+            return np.empty(0, dtype=np.int64), [], []
         ts, idx = np.concatenate(times), np.concatenate(which)
         order = np.lexsort((idx, ts))
         ts, idx = ts[order], idx[order]
-        lines = [f'{{"timestamp":{t},{bodies[i]}' for t, i in zip(ts.tolist(), idx.tolist(), strict=True)]
-        return ts, lines
+        order_idx = idx.tolist()
+        lines = [f'{{"timestamp":{t},{bodies[i]}' for t, i in zip(ts.tolist(), order_idx, strict=True)]
+        return ts, lines, [owners[i] for i in order_idx]
 
     def chunks(self, duration_ms: int, chunk_ms: int = 60_000) -> Iterator[list[str]]:
         end = self.start_ms + duration_ms
         while self.now_ms < end:
             yield self.events(min(end, self.now_ms + chunk_ms))[1]
+
+    def keyed_chunks(self, duration_ms: int, chunk_ms: int = 60_000) -> Iterator[tuple[list[str], list[str]]]:
+        end = self.start_ms + duration_ms
+        while self.now_ms < end:
+            yield self.keyed_events(min(end, self.now_ms + chunk_ms))[1:]
 
     def summary(self) -> dict:
         c = self.cluster
