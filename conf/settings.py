@@ -156,6 +156,14 @@ SETTINGS: tuple[Setting, ...] = (
         min=1000,
     ),
     Setting(
+        "pidquota.kafka.request.timeout.ms",
+        int,
+        30_000,
+        "kafka-python's default: a request to a broker that does not answer fails after 30 s.",
+        "Timeout of one Kafka request (metadata, offsets, fetch) from the source.",
+        min=100,
+    ),
+    Setting(
         "pidquota.kafka.decisions.topic",
         str,
         "",

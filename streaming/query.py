@@ -54,6 +54,7 @@ def kafka_source(spark, url, config) -> DataFrame:
         "startingOffsets": config["pidquota.kafka.starting.offsets"],
         "failOnDataLoss": str(config["pidquota.kafka.fail.on.data.loss"]).lower(),
         "fetchTimeoutMs": str(config["pidquota.kafka.fetch.timeout.ms"]),
+        "requestTimeoutMs": str(config["pidquota.kafka.request.timeout.ms"]),
         **security_options(config),
     }
     if config["pidquota.max.events.per.trigger"]:

@@ -115,7 +115,11 @@ def test_broker_stopped_mid_run_fails_clearly_and_a_rerun_loses_nothing(make_enf
         runner = make_enforcer(
             tmp_path / "o",
             QUOTAS,
-            **{"pidquota.kafka.fetch.timeout.ms": "3000", "pidquota.max.events.per.trigger": "400"},
+            **{
+                "pidquota.kafka.fetch.timeout.ms": "3000",
+                "pidquota.kafka.request.timeout.ms": "2000",
+                "pidquota.max.events.per.trigger": "400",
+            },
         )
         runner.run_kafka(url)
         broker.produce("outage", lines[1000:], keys[1000:])
