@@ -7,6 +7,7 @@ letters, passed straight through). All quota logic lives in
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable, Iterator
 
@@ -14,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from quota import ADMIT, PrincipalQuota, QuotaSettings, QuotaSource, resolve
-from streaming.schema import KIND_DEAD, KIND_DECISION, KIND_METRIC, OUTPUT_COLUMNS
+from streaming.schema import DEAD_PRINCIPAL, KIND_DEAD, KIND_DECISION, KIND_METRIC, OUTPUT_COLUMNS
 
 # PySpark's worker pads each group's output with all-NA rows and concatenates
 # (pyspark/worker.py), which makes pandas 2.x warn on every batch. It is not
@@ -48,9 +49,10 @@ def _frame(rows: list[list]) -> pd.DataFrame:
 def _dead_letters(pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     for pdf in pdfs:
         if len(pdf):
+            letters = [json.loads(x) for x in pdf["dead"]]
             rows = [
-                _row(kind=KIND_DEAD, raw=r, reason=why, source=src)
-                for r, why, src in zip(pdf["raw"], pdf["reason"], pdf["source"], strict=True)
+                _row(kind=KIND_DEAD, raw=d.get("raw"), reason=d.get("reason"), source=d.get("source"))
+                for d in letters
             ]
             yield _frame(rows)
 
@@ -62,8 +64,8 @@ def make_state_function(
     source and settings (both are shipped to the executors once)."""
 
     def judge(key: tuple, pdfs: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
-        kind, principal = key
-        if kind == KIND_DEAD:
+        (principal,) = key
+        if principal == DEAD_PRINCIPAL:
             yield from _dead_letters(pdfs)
             return
         watermark = state.getCurrentWatermarkMs()

@@ -76,7 +76,7 @@ def _source(lines: DataFrame) -> Column:
 
 
 def parse_events(lines: DataFrame, max_principal: int) -> DataFrame:
-    """``value`` strings in; operator input rows out (``OPERATOR_INPUT_COLUMNS``).
+    """``value`` strings in; ``PARSED_COLUMNS`` out.
 
     Valid events have ``kind = 'E'``; everything else ``kind = 'D'`` with the
     raw text, the first reason found and the record's source. Nothing is

@@ -15,20 +15,22 @@ from streaming.kafka_common import security_options
 from streaming.operator import make_state_function
 from streaming.parse import parse_events
 from streaming.schema import (
+    KIND_DEAD,
     KIND_DECISION,
     KIND_EVENT,
     OPERATOR_INPUT_COLUMNS,
     OUTPUT_COLUMNS,
     OUTPUT_SCHEMA,
+    PARSED_COLUMNS,
     STATE_SCHEMA,
 )
 
 # Spark drops rows older than the watermark before a stateful operator with
 # event-time timeouts, silently. The contract instead judges late events at
-# the principal's current time, so the operator's watermark-tagged column is
-# a constant that is never late, while the watermark itself is still computed
+# the principal's current time. So the operator's watermark-tagged column is a
+# NULL timestamp: Spark's late-row filter (`late_guard <= watermark`) is NULL
+# for every row and drops none, while the watermark itself is still computed
 # from event time upstream and drives eviction. A test pins this behaviour.
-_NEVER_LATE = "2261-01-01 00:00:00"  # within pandas' nanosecond range
 
 
 def file_source(spark, path: str, max_files: int) -> DataFrame:
@@ -77,12 +79,13 @@ def enforcer(lines: DataFrame, config: Config, quotas: QuotaSource) -> DataFrame
         "event_time", f"{delay} milliseconds"
     )
     guard = (
-        F.lit(_NEVER_LATE).cast("timestamp").alias("late_guard", metadata={"spark.watermarkDelayMs": delay})
+        F.lit(None).cast("timestamp").alias("late_guard", metadata={"spark.watermarkDelayMs": delay})
     )
+    dead = F.when(F.col("kind") == KIND_DEAD, F.to_json(F.struct("raw", "reason", "source")))
     judge = make_state_function(quotas, config.quota_settings())
     return (
-        events.select(*OPERATOR_INPUT_COLUMNS, guard)
-        .groupBy("kind", "principal")
+        events.select(*OPERATOR_INPUT_COLUMNS[:-1], dead.alias("dead"), guard)
+        .groupBy("principal")
         .applyInPandasWithState(
             judge, OUTPUT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
         )
@@ -93,7 +96,7 @@ def pass_through(lines: DataFrame, config: Config) -> DataFrame:
     """Same source, parse and output shape, no stateful operator (benchmark baseline)."""
     events = parse_events(lines, config["pidquota.principal.max.length"])
     cols = {c: F.lit(None).cast(OUTPUT_SCHEMA[c].dataType) for c in OUTPUT_COLUMNS}
-    cols.update({c: F.col(c) for c in OPERATOR_INPUT_COLUMNS})
+    cols.update({c: F.col(c) for c in PARSED_COLUMNS})
     cols["kind"] = F.when(F.col("kind") == KIND_EVENT, F.lit(KIND_DECISION)).otherwise(F.col("kind"))
     return events.select(*(cols[c].alias(c) for c in OUTPUT_COLUMNS))
 

@@ -44,11 +44,11 @@ EVENT_FIELDS: tuple[tuple[str, object, bool, tuple[int, int] | None], ...] = (
 EVENT_TYPED = StructType([StructField(n, t, True) for n, t, _, _ in EVENT_FIELDS])
 EVENT_TEXT = StructType([StructField(n, StringType(), True) for n, _, _, _ in EVENT_FIELDS])
 
-KIND_EVENT, KIND_DEAD = "E", "D"  # group-key kinds going into the stateful operator
-KIND_DECISION, KIND_METRIC = "decision", "metric"  # rows coming out of it
+KIND_EVENT, KIND_DEAD = "E", "D"  # what parsing made of a record
+KIND_DECISION, KIND_METRIC = "decision", "metric"  # rows coming out of the operator
 
-# What goes into the stateful operator: events and dead letters, one schema.
-OPERATOR_INPUT_COLUMNS = (
+# What parsing yields: valid events, and dead letters with raw text, reason and source.
+PARSED_COLUMNS = (
     "kind",
     "principal",
     "producer_id",
@@ -58,6 +58,13 @@ OPERATOR_INPUT_COLUMNS = (
     "reason",
     "source",
 )
+
+# What goes into the stateful operator, grouped by principal. Every column
+# here is converted to pandas for every row, so it is kept narrow: a dead
+# letter is the group with the empty principal (a valid principal is never
+# empty) and carries its raw text, reason and source as one JSON string.
+OPERATOR_INPUT_COLUMNS = ("principal", "producer_id", "producer_epoch", "timestamp", "dead")
+DEAD_PRINCIPAL = ""
 
 DECISION_COLUMNS = (
     "principal",
