@@ -154,7 +154,8 @@ def load(
             if var not in _ENV_TO_NAME:
                 raise ConfigError(
                     f"unknown environment variable {var}; pidquota settings map to "
-                    "PIDQUOTA_<NAME_WITH_UNDERSCORES>, e.g. PIDQUOTA_PIDQUOTA_SPARK_MASTER"
+                    "PIDQUOTA_<NAME_WITH_UNDERSCORES> without the pidquota. prefix, e.g. "
+                    "PIDQUOTA_SPARK_MASTER or PIDQUOTA_PRODUCER_ID_QUOTA_WINDOW_NUM"
                 )
             from_env[_ENV_TO_NAME[var]] = raw
     layers.append(("environment", from_env))
@@ -175,7 +176,8 @@ def render_properties() -> str:
         "# pidquota settings. Generated from conf/settings.py (python -m conf.loader > "
         "conf/pidquota.properties);",
         "# every key is listed with its default. Override with PIDQUOTA_<KEY> environment",
-        "# variables (dots as underscores, upper case) or `pidquota run --set key=value`.",
+        "# variables (the key without 'pidquota.', dots as underscores, upper case, e.g.",
+        "# PIDQUOTA_SPARK_MASTER) or `pidquota run --set key=value`.",
     ]
     for s in SETTINGS:
         lines += ["", f"# {s.doc}", f"# Default {s.shown_default}: {s.reason}", f"# Range: {s.range_text()}."]

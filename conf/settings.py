@@ -33,7 +33,9 @@ class Setting:
 
     @property
     def env_var(self) -> str:
-        return "PIDQUOTA_" + self.name.replace(".", "_").replace("-", "_").upper()
+        """``PIDQUOTA_`` + the name without its ``pidquota.`` prefix, dots as underscores."""
+        name = self.name.removeprefix("pidquota.")
+        return "PIDQUOTA_" + name.replace(".", "_").replace("-", "_").upper()
 
     def range_text(self) -> str:
         if self.type is bool:
@@ -221,6 +223,61 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "Empty: the system's trust store.",
         "CA certificate file for SSL/SASL_SSL.",
+    ),
+    # -- pidquota: Redis ---------------------------------------------------------------
+    Setting(
+        "pidquota.redis.url",
+        str,
+        "",
+        "Empty: quotas come from the quota file and no throttle state is published.",
+        "Redis for quotas (kafka-configs style) and per-user throttle state: "
+        "redis://HOST:PORT/DB, or rediss:// for TLS. Same as --quota-store / --redis.",
+    ),
+    Setting(
+        "pidquota.redis.username",
+        str,
+        "",
+        "Redis ACL user; empty: the URL's, or the default user.",
+        "Redis AUTH username.",
+    ),
+    Setting(
+        "pidquota.redis.password",
+        str,
+        "",
+        "Empty: no AUTH (or the URL's). Prefer the environment variable to a file.",
+        "Redis AUTH password. Never logged.",
+        secret=True,
+    ),
+    Setting(
+        "pidquota.redis.ssl.ca.certs",
+        str,
+        "",
+        "Empty: the system's trust store (only used with rediss://).",
+        "CA certificate file for Redis TLS.",
+    ),
+    Setting(
+        "pidquota.redis.prefix",
+        str,
+        "pidquota",
+        "One Redis can serve several clusters, each under its own prefix.",
+        "Prefix of every key pidquota reads or writes in Redis.",
+    ),
+    Setting(
+        "pidquota.quota.refresh.ms",
+        int,
+        1000,
+        "Below the 2 s trigger interval, so a quota change applies within one trigger; "
+        "it costs one GET per second per worker.",
+        "How often the enforcer checks Redis for changed quotas.",
+        min=50,
+    ),
+    Setting(
+        "pidquota.redis.publish.decisions",
+        bool,
+        True,
+        "A broker plug-in or proxy asks Redis whether a user is throttled; with Redis "
+        "configured, that answer should be there.",
+        "Write per-user throttle state and metrics to pidquota.redis.url each batch (fenced).",
     ),
     # -- pidquota: Spark ---------------------------------------------------------------
     Setting(

@@ -70,8 +70,14 @@ class TokenBucket:
         return self.last_ms + int(-(-missing // self.rate))
 
     def set_rate(self, rate: float) -> None:
-        """Apply a changed quota: new refill rate and capacity, tokens capped."""
+        """Apply a changed quota: new refill rate and capacity; what was spent stays spent.
+
+        ``tokens = new R - (old R - tokens)``, within ``[0, new R]``: a user who
+        used 2 of 2 has 998 of 1000 left after a raise to 1000, and one who used
+        50 of 100 has 10 left after a cut to 60.
+        """
         if not rate > 0:
             raise ValueError(f"producer_ids_rate must be > 0, got {rate!r}")
+        spent = self.capacity_credit - self.credit
         self.rate = rate
-        self.credit = min(self.credit, self.capacity_credit)
+        self.credit = min(self.capacity_credit, max(0, self.capacity_credit - spent))

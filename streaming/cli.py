@@ -18,6 +18,7 @@ from pathlib import Path
 from conf.errors import PidquotaError
 from conf.loader import load, parse_overrides
 from quota import StaticQuotas
+from store import commands as store_commands
 from streaming.kafka_common import KafkaUrl, security_options
 from traffic import commands as traffic_commands
 
@@ -60,7 +61,13 @@ def _parser() -> argparse.ArgumentParser:
             help=f"also send {kind.replace('-', ' ')} to this Kafka topic (a name on the input's cluster, "
             "or kafka://HOST:PORT/TOPIC)",
         )
+    run.add_argument(
+        "--quota-store",
+        metavar="URL",
+        help="read quotas live from Redis (redis://HOST:PORT/DB) instead of a file",
+    )
     traffic_commands.add_parsers(sub)
+    store_commands.add_parsers(sub)
     return ap
 
 
@@ -76,8 +83,10 @@ def run(args: argparse.Namespace) -> int:
         topic = getattr(args, f"{kind}_topic")
         if topic:
             overrides[f"pidquota.kafka.{kind.replace('_', '.')}.topic"] = topic
+    if args.quota_store:
+        overrides["pidquota.redis.url"] = args.quota_store
     config = load(args.config, overrides)
-    quotas = StaticQuotas.from_file(config.quotas_path())
+    quotas, publish = quota_source(config)
     demo = args.input is None
     if demo and args.once:
         raise PidquotaError("--once needs --input: the demo source never runs out")
@@ -101,17 +110,19 @@ def run(args: argparse.Namespace) -> int:
         spark.dataSource.register(DemoDataSource)
         lines = spark.readStream.format("pidquota-demo").option("speed", args.speed).load()
         table = UserTable()
-        sink = JsonlSink(out, on_batch=table.update)
+        sink = JsonlSink(out, on_batch=table.update, publish=publish)
         print(
             f"pidquota demo: {args.speed:g}x event time, quotas from {config.quotas_path()}, "
             f"output in {out}/ (Ctrl-C to stop)"
         )
     elif args.input.startswith("kafka://"):
         lines = q.kafka_source(spark, KafkaUrl.parse(args.input), config)
-        sink = JsonlSink(out, kafka=kafka_outputs(config, args.input))
+        sink = JsonlSink(out, kafka=kafka_outputs(config, args.input), publish=publish)
     else:
         lines = q.file_source(spark, args.input, config["pidquota.max.events.per.trigger"])
-        sink = JsonlSink(out, kafka=kafka_outputs(config, None))
+        sink = JsonlSink(out, kafka=kafka_outputs(config, None), publish=publish)
+    if publish is not None:
+        publish.checkpoint = checkpoint
     query = q.start(
         q.enforcer(lines, config, quotas), sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"]
     )
@@ -124,6 +135,33 @@ def run(args: argparse.Namespace) -> int:
         f"{t.rows['metrics']} metric rows, {t.rows['dead-letters']} dead letters under {out}/"
     )
     return 0
+
+
+def quota_source(config):
+    """The quota file, or live quotas from Redis (plus the fenced decision publisher)."""
+    url = config["pidquota.redis.url"]
+    if not url:
+        return StaticQuotas.from_file(config.quotas_path()), None
+    from store.commands import auth_kwargs, connect_config
+    from store.decisions import DecisionStore
+    from store.quotas import RedisQuotas, RedisQuotaStore
+    from store.sink import RedisPublisher
+
+    client = connect_config(config)  # at start-up: a Redis that is not there is an error now
+    prefix = config["pidquota.redis.prefix"]
+    store = RedisQuotaStore(client, prefix)
+    quotas = RedisQuotas(
+        url,
+        auth_kwargs(config),
+        prefix,
+        store.snapshot(),
+        store.version(),
+        config["pidquota.quota.refresh.ms"],
+    )
+    publish = (
+        RedisPublisher(DecisionStore(client, prefix)) if config["pidquota.redis.publish.decisions"] else None
+    )
+    return quotas, publish
 
 
 def kafka_outputs(config, input_url: str | None) -> dict | None:
@@ -192,7 +230,13 @@ def _first_line(error: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handler = {"run": run, "generate": traffic_commands.run_generate, "blocks": traffic_commands.run_blocks}
+    handler = {
+        "run": run,
+        "generate": traffic_commands.run_generate,
+        "blocks": traffic_commands.run_blocks,
+        "configs": store_commands.run_configs,
+        "status": store_commands.run_status,
+    }
     try:
         return handler[args.command](args)
     except PidquotaError as exc:

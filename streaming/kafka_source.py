@@ -161,6 +161,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic, parts in ends.items():  # partitions that appeared start at their beginning
             for p in parts:
                 start.setdefault(topic, {}).setdefault(p, begins[topic][p])
+        for topic, parts in start.items():  # partitions that disappeared
+            for p in parts:
+                if p not in ends.get(topic, {}):
+                    _lost(
+                        f"{topic}-{p} no longer exists (the topic was recreated with fewer partitions?)",
+                        self.options,
+                    )
         if isinstance(limit, ReadMaxRows) or (
             not isinstance(limit, ReadAllAvailable) and self.max_per_trigger
         ):

@@ -83,6 +83,7 @@ def make_state_function(
         n = len(pdf)
         ignored = int((pids < 0).sum())
         rate = resolve(quotas.snapshot(), principal)
+        stale = bool(getattr(quotas, "stale", False))  # Redis down: last known quotas in force
         if rate is None or (ignored == n and not state.exists):
             # unlimited, or only non-idempotent clients so far: no state, nothing to decide
             if state.exists:
@@ -99,6 +100,7 @@ def make_state_function(
                         throttled=0,
                         passed=n - ignored,
                         ignored=ignored,
+                        quota_stale=stale,
                     )
                 ]
             )
@@ -140,6 +142,7 @@ def make_state_function(
                 throttled=throttled,
                 passed=n - ignored - admitted - throttled,
                 ignored=ignored,
+                quota_stale=stale,
                 **m,
             )
         )

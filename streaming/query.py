@@ -78,9 +78,7 @@ def enforcer(lines: DataFrame, config: Config, quotas: QuotaSource) -> DataFrame
     events = events.withColumn("event_time", F.timestamp_millis("timestamp")).withWatermark(
         "event_time", f"{delay} milliseconds"
     )
-    guard = (
-        F.lit(None).cast("timestamp").alias("late_guard", metadata={"spark.watermarkDelayMs": delay})
-    )
+    guard = F.lit(None).cast("timestamp").alias("late_guard", metadata={"spark.watermarkDelayMs": delay})
     dead = F.when(F.col("kind") == KIND_DEAD, F.to_json(F.struct("raw", "reason", "source")))
     judge = make_state_function(quotas, config.quota_settings())
     return (

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pyspark.sql.types import (
     BinaryType,
+    BooleanType,
     DoubleType,
     IntegerType,
     LongType,
@@ -93,6 +94,7 @@ METRIC_COLUMNS = (
     "active_pids_estimate",
     "state_bytes",
     "layers",
+    "quota_stale",
 )
 DEAD_LETTER_COLUMNS = ("raw", "reason", "source")
 
@@ -119,6 +121,7 @@ OUTPUT_SCHEMA = StructType(
         StructField("active_pids_estimate", LongType()),
         StructField("state_bytes", LongType()),
         StructField("layers", IntegerType()),
+        StructField("quota_stale", BooleanType()),
         StructField("raw", StringType()),
         StructField("reason", StringType()),
         StructField("source", StringType()),

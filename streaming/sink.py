@@ -63,8 +63,10 @@ class JsonlSink:
         out_dir: str | Path,
         on_batch: Callable[[int, dict], None] | None = None,
         kafka: dict | None = None,
+        publish: Callable[[int, dict], None] | None = None,
     ):
         self.out_dir = Path(out_dir)
+        self.publish = publish  # e.g. fenced per-user throttle state to Redis
         self.kafka = kafka  # options of the pidquota-kafka writer, or None
         for name in OUTPUTS:
             (self.out_dir / name).mkdir(parents=True, exist_ok=True)
@@ -93,6 +95,8 @@ class JsonlSink:
             spark.createDataFrame(with_id).write.format("pidquota-kafka").options(**self.kafka).mode(
                 "append"
             ).save()
+        if self.publish is not None:
+            self.publish(batch_id, frames)
         self.totals.batches += 1
         if self.on_batch is not None:
             self.on_batch(batch_id, frames)

@@ -96,25 +96,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory):
-    """A real redis-server on a free loopback port (tests/run.sh installs it).
+def start_redis(workdir, *extra: str, port: int | None = None):
+    """Start a redis-server on a free (or given) loopback port; wait until it listens.
 
-    Missing, it fails loudly: a test needing Redis must not pass without it.
+    Returns (process, port). Callers terminate the process.
     """
     import shutil
+    import socket
     import subprocess
     import time
-
-    import redis
 
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail(
             "redis-server is not installed; run the tests with `bash tests/run.sh`, which installs it"
         )
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
+    port = port or free_port()
     proc = subprocess.Popen(
         [
             binary,
@@ -128,21 +125,31 @@ def redis_server(tmp_path_factory):
             "no",
             "--dir",
             str(workdir),
+            *extra,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    for _ in range(100):
+    for _ in range(200):
         try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.fail(f"redis-server did not answer on port {port}")
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, port
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.025)
+    proc.kill()
+    pytest.fail(f"redis-server did not start on port {port} (args {extra})")
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """A real redis-server on a free loopback port (tests/run.sh installs it).
+
+    Missing, it fails loudly: a test needing Redis must not pass without it.
+    """
+    proc, port = start_redis(tmp_path_factory.mktemp("redis"))
+    url = f"redis://127.0.0.1:{port}/0"
     yield url
     proc.terminate()
     proc.wait(timeout=10)

@@ -53,6 +53,12 @@ def test_full_at_and_rate_change():
     b.try_take(0)
     assert b.full_at_ms() == 36_000
     b.set_rate(10)
-    assert b.tokens == 10  # capped at the new capacity
+    assert b.tokens == 9  # one spent of 100 is one spent of 10
+    b.set_rate(1000)
+    assert b.tokens == 999
+    for _ in range(999):
+        b.try_take(0)
+    b.set_rate(5)
+    assert b.tokens == 0  # never below empty
     with pytest.raises(ValueError, match="producer_ids_rate"):
         b.set_rate(0)

@@ -144,7 +144,7 @@ def test_quota_change_applies_to_bucket_at_once():
     q = PrincipalQuota(100, S)
     q.observe(0, 1)
     q.apply_rate(2)
-    assert q.bucket.tokens == 2
+    assert q.bucket.tokens == 1  # one spent of 100 is one spent of 2
     assert verdicts(q, [(1, 2), (1, 3), (1, 4)])[-1][2] == THROTTLE
 
 

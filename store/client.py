@@ -1,0 +1,45 @@
+"""Connecting to Redis from a URL plus settings, without ever logging a secret."""
+
+from __future__ import annotations
+
+import re
+
+from conf.errors import PidquotaError
+
+
+class RedisUnavailable(PidquotaError, ConnectionError):
+    """Redis did not answer."""
+
+
+def redacted(url: str) -> str:
+    """The URL with any user and password replaced, fit for messages."""
+    return re.sub(r"//[^@/]*@", "//***@", url)
+
+
+def connect(url: str, username: str = "", password: str = "", ssl_ca_certs: str = "", timeout_s: float = 2.0):
+    """A ``redis.Redis`` from ``redis://`` or ``rediss://`` (TLS) plus AUTH and CA settings.
+
+    Credentials in the settings win over ones in the URL. Raises
+    :class:`RedisUnavailable` (naming the redacted URL) if it does not answer.
+    """
+    import redis
+
+    if not re.match(r"^rediss?://", url):
+        raise PidquotaError(
+            f"{redacted(url)!r} is not a Redis URL; use redis://HOST:PORT/DB or rediss:// for TLS"
+        )
+    kwargs: dict = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+    if username:
+        kwargs["username"] = username
+    if password:
+        kwargs["password"] = password
+    if ssl_ca_certs:
+        kwargs["ssl_ca_certs"] = ssl_ca_certs
+    try:
+        client = redis.Redis.from_url(url, **kwargs)
+        client.ping()
+    except redis.AuthenticationError as exc:
+        raise RedisUnavailable(f"Redis at {redacted(url)} refused the credentials: {exc}") from None
+    except (redis.RedisError, OSError, ValueError) as exc:
+        raise RedisUnavailable(f"cannot reach Redis at {redacted(url)}: {exc}") from None
+    return client

@@ -1,0 +1,177 @@
+"""`pidquota configs` and `pidquota status`, and quotas changed under a running query."""
+
+import json
+
+import pytest
+
+from streaming.cli import main
+
+
+def cli(capsys, *args):
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out.strip(), out.err.strip()
+
+
+def test_configs_round_trip_like_kafka_configs(redis_server, redis_client, capsys):
+    r = ("--redis", redis_server)
+    assert cli(
+        capsys,
+        "configs",
+        *r,
+        "--alter",
+        "--add-config",
+        "producer_ids_rate=50",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "User:alice",
+    ) == (0, "Completed updating config for user-principal 'User:alice'.", "")
+    assert cli(
+        capsys,
+        "configs",
+        *r,
+        "--alter",
+        "--add-config",
+        "producer_ids_rate=10",
+        "--entity-type",
+        "users",
+        "--entity-default",
+    )[1] == ("Completed updating default config for user-principal in the cluster.")
+    code, out, _ = cli(capsys, "configs", *r, "--describe", "--entity-type", "users")
+    assert out.splitlines() == [
+        "Quota configs for the default user-principal are producer_ids_rate=10.0",
+        "Quota configs for user-principal 'User:alice' are producer_ids_rate=50.0",
+    ]
+    assert cli(capsys, "configs", *r, "--describe", "--entity-type", "users", "--entity-name", "User:alice")[
+        1
+    ] == ("Quota configs for user-principal 'User:alice' are producer_ids_rate=50.0")
+    assert cli(capsys, "configs", *r, "--describe", "--entity-type", "users", "--entity-name", "User:bob")[
+        1
+    ] == ("No quota configs for user-principal 'User:bob'.")
+    assert (
+        cli(
+            capsys,
+            "configs",
+            *r,
+            "--alter",
+            "--delete-config",
+            "producer_ids_rate",
+            "--entity-type",
+            "users",
+            "--entity-name",
+            "User:alice",
+        )[0]
+        == 0
+    )
+    assert cli(capsys, "configs", *r, "--describe", "--entity-type", "users", "--entity-name", "User:alice")[
+        1
+    ] == ("No quota configs for user-principal 'User:alice'.")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--add-config", "producer_ids_rate=-1"], "must be a positive number, got '-1'"),
+        (["--add-config", "producer_ids_rate=0"], "must be a positive number, got '0'"),
+        (["--add-config", "producer_ids_rate=lots"], "must be a positive number, got 'lots'"),
+        (["--add-config", "producer_byte_rate=5"], "Invalid config(s): producer_byte_rate"),
+        (["--add-config", "nonsense"], "--add-config expects key=value"),
+        (
+            ["--delete-config", "producer_ids_rate"],
+            "Invalid config(s): producer_ids_rate (not set for 'User:z')",
+        ),
+    ],
+)
+def test_invalid_alterations_are_refused(redis_server, redis_client, capsys, args, message):
+    code, _, err = cli(
+        capsys,
+        "configs",
+        "--redis",
+        redis_server,
+        "--alter",
+        *args,
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "User:z",
+    )
+    assert code == 2 and message in err
+
+
+def test_configs_argument_errors(redis_server, capsys, monkeypatch):
+    assert (
+        "is not supported"
+        in cli(capsys, "configs", "--redis", redis_server, "--describe", "--entity-type", "clients")[2]
+    )
+    assert (
+        "needs --entity-name"
+        in cli(
+            capsys,
+            "configs",
+            "--redis",
+            redis_server,
+            "--alter",
+            "--add-config",
+            "producer_ids_rate=1",
+            "--entity-type",
+            "users",
+        )[2]
+    )
+    monkeypatch.delenv("PIDQUOTA_REDIS_URL", raising=False)
+    assert "no Redis given" in cli(capsys, "configs", "--describe", "--entity-type", "users")[2]
+    monkeypatch.setenv("PIDQUOTA_REDIS_URL", redis_server)  # the environment works too
+    assert cli(capsys, "configs", "--describe", "--entity-type", "users")[0] == 0
+    code, _, err = cli(
+        capsys, "configs", "--redis", "redis://u:pw@127.0.0.1:1/0", "--describe", "--entity-type", "users"
+    )
+    assert code == 2 and "cannot reach Redis at redis://***@127.0.0.1:1/0" in err and "pw" not in err
+
+
+def test_live_quota_change_applies_within_a_trigger_and_status_answers(
+    spark, tmp_path, redis_server, redis_client
+):
+    from tests_helpers import read_output
+
+    from conf.loader import load
+    from store.decisions import DecisionStore, StatusClient
+    from store.quotas import RedisQuotas, RedisQuotaStore
+    from store.sink import RedisPublisher
+    from streaming import query as q
+    from streaming.sink import JsonlSink
+
+    store = RedisQuotaStore(redis_client)
+    store.alter("User:live", {"producer_ids_rate": 2})
+    quotas = RedisQuotas(redis_server, {}, "pidquota", store.snapshot(), store.version(), refresh_ms=50)
+    config = load(environ={}, overrides={"pidquota.spark.shuffle.partitions": "2"})
+    inp, out = tmp_path / "in", tmp_path / "out"
+    inp.mkdir()
+    publisher = RedisPublisher(DecisionStore(redis_client), str(out / "_ck"))
+    sink = JsonlSink(out, publish=publisher)
+    query = q.start(
+        q.enforcer(q.file_source(spark, str(inp), 0), config, quotas), sink, str(out / "_ck"), False, 200
+    )
+    try:
+        import time
+
+        now = int(time.time() * 1000)
+
+        def feed(name, pids):
+            lines = [json.dumps({"timestamp": now, "principal": "User:live", "producer_id": p}) for p in pids]
+            (inp / name).write_text("\n".join(lines) + "\n")
+            query.processAllAvailable()
+
+        feed("a.jsonl", range(5))  # quota 2: 2 admitted, 3 throttled
+        assert StatusClient(redis_client).status("User:live").throttled
+        store.alter("User:live", {"producer_ids_rate": 1000})  # raised while the query runs
+        time.sleep(0.2)
+        feed("b.jsonl", range(100, 110))
+        d = read_output(out, "decisions")
+        second = d[d.producer_id >= 100]
+        assert set(second.verdict) == {"ADMIT"} and set(second.quota) == {1000.0}
+        m = read_output(out, "metrics")
+        assert not m.quota_stale.any()
+        s = StatusClient(redis_client).status("User:live")
+        assert s.metrics["quota"] == 1000 and s.metrics["admitted_total"] == 12
+    finally:
+        query.stop()
