@@ -74,7 +74,7 @@ def main() -> None:
     args = ap.parse_args()
     from streaming.session import spark_session
 
-    config = load(environ={})
+    config = load()  # PIDQUOTA_* environment variables apply, e.g. PIDQUOTA_SPARK_SHUFFLE_PARTITIONS=2
     quotas = StaticQuotas({"<default>": 100})
     spark = spark_session(config)
     work = Path(tempfile.mkdtemp(prefix="pidquota-bench-"))

@@ -57,6 +57,16 @@ def _dead_letters(pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
             yield _frame(rows)
 
 
+def unfold(pdf: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One row per (principal, PID) with arrays of sightings (streaming/compact.py)
+    back to one entry per sighting: timestamps, producer ids, epochs."""
+    lengths = pdf["timestamps"].map(len).to_numpy(dtype=np.int64)
+    ts = np.concatenate(pdf["timestamps"].to_list()).astype(np.int64, copy=False)
+    epochs = np.concatenate(pdf["epochs"].to_list()).astype(np.int64, copy=False)
+    pids = np.repeat(pdf["producer_id"].to_numpy(dtype=np.int64), lengths)
+    return ts, pids, epochs
+
+
 def make_state_function(
     quotas: QuotaSource, settings: QuotaSettings
 ) -> Callable[[tuple, Iterator[pd.DataFrame], object], Iterator[pd.DataFrame]]:
@@ -77,10 +87,8 @@ def make_state_function(
                 state.setTimeoutTimestamp(max(quota.evict_at_ms(), watermark + 1))
             return
         pdf = pd.concat(list(pdfs), ignore_index=True)
-        ts = pdf["timestamp"].to_numpy(dtype=np.int64)
-        pids = pdf["producer_id"].to_numpy(dtype=np.int64)
-        epochs = pdf["producer_epoch"].to_numpy(dtype=np.int64)
-        n = len(pdf)
+        ts, pids, epochs = unfold(pdf)
+        n = len(ts)
         ignored = int((pids < 0).sum())
         rate = resolve(quotas.snapshot(), principal)
         stale = bool(getattr(quotas, "stale", False))  # Redis down: last known quotas in force

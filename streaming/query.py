@@ -11,6 +11,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from conf.errors import InputError
 from conf.loader import Config
 from quota import QuotaSource
+from streaming.compact import COMPACT_SCHEMA, compact
 from streaming.kafka_common import security_options
 from streaming.operator import make_state_function
 from streaming.parse import parse_events
@@ -81,8 +82,11 @@ def enforcer(lines: DataFrame, config: Config, quotas: QuotaSource) -> DataFrame
     guard = F.lit(None).cast("timestamp").alias("late_guard", metadata={"spark.watermarkDelayMs": delay})
     dead = F.when(F.col("kind") == KIND_DEAD, F.to_json(F.struct("raw", "reason", "source")))
     judge = make_state_function(quotas, config.quota_settings())
+    folded = events.select(*OPERATOR_INPUT_COLUMNS[:-1], dead.alias("dead")).mapInArrow(
+        compact, COMPACT_SCHEMA
+    )
     return (
-        events.select(*OPERATOR_INPUT_COLUMNS[:-1], dead.alias("dead"), guard)
+        folded.select("*", guard)
         .groupBy("principal")
         .applyInPandasWithState(
             judge, OUTPUT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout

@@ -60,10 +60,11 @@ PARSED_COLUMNS = (
     "source",
 )
 
-# What goes into the stateful operator, grouped by principal. Every column
-# here is converted to pandas for every row, so it is kept narrow: a dead
-# letter is the group with the empty principal (a valid principal is never
-# empty) and carries its raw text, reason and source as one JSON string.
+# What is folded (streaming/compact.py) and then grouped by principal into the
+# stateful operator. Every column there is converted to pandas for every row,
+# so it is kept narrow: a dead letter is the group with the empty principal (a
+# valid principal is never empty) and carries its raw text, reason and source
+# as one JSON string.
 OPERATOR_INPUT_COLUMNS = ("principal", "producer_id", "producer_epoch", "timestamp", "dead")
 DEAD_PRINCIPAL = ""
 
