@@ -206,9 +206,17 @@ def _wait(query, duration: float | None) -> BaseException | None:
     except KeyboardInterrupt:
         print("\npidquota: stopping (Ctrl-C)", file=sys.stderr)
     finally:
-        if query.isActive:
-            query.stop()
+        _stop_between_batches(query)
     return query.exception()
+
+
+def _stop_between_batches(query, patience_s: float = 15.0) -> None:
+    """Stop after the batch in flight, so nothing is interrupted half-way."""
+    deadline = time.monotonic() + patience_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if query.isActive:
+        query.stop()
 
 
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Invalid)): (.+)$")

@@ -66,12 +66,8 @@ def _source(lines: DataFrame) -> Column:
     """Where a record came from, for its dead letter: Kafka position or file."""
     if "kafka_offset" in lines.columns:
         return F.concat_ws("", "kafka_topic", F.lit("/"), "kafka_partition", F.lit("@"), "kafka_offset")
-    if "_metadata" in lines.columns or lines.isStreaming:
-        try:
-            lines.select("_metadata.file_path")
-            return F.col("_metadata.file_path")
-        except Exception:  # not a file source
-            pass
+    if "source_file" in lines.columns:
+        return F.col("source_file")
     return F.lit(None).cast("string")
 
 

@@ -45,8 +45,10 @@ def file_source(spark, path: str, max_files: int) -> DataFrame:
     if max_files:
         reader = reader.option("maxFilesPerTrigger", max_files)
     if p.is_file():
-        return reader.option("pathGlobFilter", p.name).load(str(p.parent.resolve()))
-    return reader.load(str(p.resolve()))
+        lines = reader.option("pathGlobFilter", p.name).load(str(p.parent.resolve()))
+    else:
+        lines = reader.load(str(p.resolve()))
+    return lines.select("value", F.col("_metadata.file_path").alias("source_file"))
 
 
 def kafka_source(spark, url, config) -> DataFrame:

@@ -50,6 +50,7 @@ def spark_session(config: Config):
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stateStore.stateSchemaCheck", "true")
+        .config("spark.sql.adaptive.enabled", "false")  # not used by streaming; Spark warns if on
         .getOrCreate()
     )
     spark.conf.set("spark.sql.shuffle.partitions", str(config["pidquota.spark.shuffle.partitions"]))

