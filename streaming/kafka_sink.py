@@ -18,21 +18,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from streaming.kafka_common import KafkaError, client_kwargs, normalized
-from streaming.schema import (
-    DEAD_LETTER_COLUMNS,
-    DECISION_COLUMNS,
-    KIND_DEAD,
-    KIND_DECISION,
-    KIND_METRIC,
-    METRIC_COLUMNS,
-)
+from streaming.schema import OUTPUTS
 
 log = logging.getLogger("pidquota.kafka")
-KINDS = {
-    KIND_DECISION: ("decisionstopic", DECISION_COLUMNS),
-    KIND_METRIC: ("metricstopic", METRIC_COLUMNS),
-    KIND_DEAD: ("deadletterstopic", DEAD_LETTER_COLUMNS),
-}
+# output name -> the writer option naming its topic (lower case, as Spark passes options)
+TOPIC_OPTIONS = {"decisions": "decisionstopic", "metrics": "metricstopic", "dead-letters": "deadletterstopic"}
 
 
 @dataclass
@@ -63,8 +53,8 @@ def produce(options: dict, batches) -> KafkaCommit:
         for batch in batches:
             table = pa.Table.from_batches([batch])
             kinds = table.column("kind").to_pylist()
-            for kind, (option, columns) in KINDS.items():
-                topic = options.get(option)
+            for name, (kind, columns) in OUTPUTS.items():
+                topic = options.get(TOPIC_OPTIONS[name])
                 if not topic or kind not in kinds:
                     continue
                 rows = table.filter(pa.compute.equal(table["kind"], kind))

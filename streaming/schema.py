@@ -99,6 +99,13 @@ METRIC_COLUMNS = (
 )
 DEAD_LETTER_COLUMNS = ("raw", "reason", "source")
 
+# Each output: its name (folder, Kafka option), the row kind it takes, its columns.
+OUTPUTS = {
+    "decisions": (KIND_DECISION, DECISION_COLUMNS),
+    "metrics": (KIND_METRIC, METRIC_COLUMNS),
+    "dead-letters": (KIND_DEAD, DEAD_LETTER_COLUMNS),
+}
+
 # The stateful operator's output: the union of the three row kinds.
 OUTPUT_SCHEMA = StructType(
     [

@@ -18,21 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streaming.schema import (
-    DEAD_LETTER_COLUMNS,
-    DECISION_COLUMNS,
-    KIND_DEAD,
-    KIND_DECISION,
-    KIND_METRIC,
-    METRIC_COLUMNS,
-)
-
-OUTPUTS = {
-    "decisions": (KIND_DECISION, DECISION_COLUMNS),
-    "metrics": (KIND_METRIC, METRIC_COLUMNS),
-    "dead-letters": (KIND_DEAD, DEAD_LETTER_COLUMNS),
-}
-
+from streaming.schema import OUTPUTS
 
 _NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype(), pa.string(): pd.StringDtype()}
 

@@ -27,20 +27,11 @@ def parse_duration_ms(text: str) -> int:
     return int(float(m.group(1)) * _UNIT_MS[m.group(2)])
 
 
-def redacted_url(url: str) -> str:
-    return re.sub(r"//[^@/]*@", "//***@", url)
-
-
 def block_store(args: argparse.Namespace) -> BlockStore:
     if args.redis:
-        import redis
+        from store.client import connect
 
-        try:
-            client = redis.Redis.from_url(args.redis)
-            client.ping()
-        except (redis.RedisError, ValueError) as exc:
-            raise PidquotaError(f"cannot reach Redis at {redacted_url(args.redis)}: {exc}") from None
-        return RedisBlockStore(client)
+        return RedisBlockStore(connect(args.redis))
     return FileBlockStore(args.blocks)
 
 
@@ -116,7 +107,7 @@ def run_generate(args: argparse.Namespace) -> int:
     if summary_path is not None:
         summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     secs = time.monotonic() - wall0
-    where = args.output or redacted_url(args.to)
+    where = args.output or args.to
     print(
         f"pidquota: wrote {count:,} events to {where} in {secs:.1f} s; summary in {summary_path or '-'}",
         file=sys.stderr,
