@@ -35,24 +35,26 @@ class RedisQuotaStore:
                 raise ConfigError(f"Invalid config(s): {key}. The only user config is {QUOTA_KEY}")
         values = {k: validate_rate(entity, v) for k, v in add.items()}
         hkey = self.keys.user_config(entity)
-        if delete:
-            missing = [k for k in delete if not self.client.hexists(hkey, k)]
+        member = hkey.rsplit(":", 1)[1]
+
+        def change(pipe) -> None:  # runs under WATCH hkey; retried if someone else changes it
+            existing = {k.decode() for k in pipe.hkeys(hkey)}
+            missing = [k for k in delete if k not in existing]
             if missing:
                 raise ConfigError(f"Invalid config(s): {', '.join(missing)} (not set for {entity!r})")
-        with self.client.pipeline(transaction=True) as p:
+            left = (existing | set(values)) - set(delete)
+            pipe.multi()
             if values:
-                p.hset(hkey, mapping={k: repr(float(v)) for k, v in values.items()})
+                pipe.hset(hkey, mapping={k: repr(float(v)) for k, v in values.items()})
             if delete:
-                p.hdel(hkey, *delete)
-            p.execute()
-        # the index follows what is left, then readers are told
-        with self.client.pipeline(transaction=True) as p:
-            if self.client.hlen(hkey):
-                p.sadd(self.keys.users_index, hkey.rsplit(":", 1)[1])
+                pipe.hdel(hkey, *delete)
+            if left:
+                pipe.sadd(self.keys.users_index, member)
             else:
-                p.srem(self.keys.users_index, hkey.rsplit(":", 1)[1])
-            p.incr(self.keys.config_version)
-            p.execute()
+                pipe.srem(self.keys.users_index, member)
+            pipe.incr(self.keys.config_version)  # readers reload on the next check
+
+        self.client.transaction(change, hkey)
 
     def describe(self, entity: str) -> dict[str, float]:
         raw = self.client.hgetall(self.keys.user_config(entity))

@@ -96,6 +96,10 @@ def run(args: argparse.Namespace) -> int:
     if demo and args.fresh and out.exists():
         shutil.rmtree(out)
     checkpoint = config["pidquota.checkpoint.location"] or str(out / "_checkpoint")
+    kafka_input = args.input if args.input and args.input.startswith("kafka://") else None
+    if kafka_input:
+        KafkaUrl.parse(kafka_input)  # a malformed URL fails now, before Spark starts
+    kafka_out = kafka_outputs(config, kafka_input)
 
     from streaming import query as q
     from streaming.demo_source import DemoDataSource
@@ -110,17 +114,18 @@ def run(args: argparse.Namespace) -> int:
         spark.dataSource.register(DemoDataSource)
         lines = spark.readStream.format("pidquota-demo").option("speed", args.speed).load()
         table = UserTable()
-        sink = JsonlSink(out, on_batch=table.update, publish=publish)
+        sink = JsonlSink(out, on_batch=table.update, kafka=kafka_out, publish=publish)
+        source = "Redis" if config["pidquota.redis.url"] else config.quotas_path()
         print(
-            f"pidquota demo: {args.speed:g}x event time, quotas from {config.quotas_path()}, "
+            f"pidquota demo: {args.speed:g}x event time, quotas from {source}, "
             f"output in {out}/ (Ctrl-C to stop)"
         )
-    elif args.input.startswith("kafka://"):
-        lines = q.kafka_source(spark, KafkaUrl.parse(args.input), config)
-        sink = JsonlSink(out, kafka=kafka_outputs(config, args.input), publish=publish)
+    elif kafka_input:
+        lines = q.kafka_source(spark, KafkaUrl.parse(kafka_input), config)
+        sink = JsonlSink(out, kafka=kafka_out, publish=publish)
     else:
         lines = q.file_source(spark, args.input, config["pidquota.max.events.per.trigger"])
-        sink = JsonlSink(out, kafka=kafka_outputs(config, None), publish=publish)
+        sink = JsonlSink(out, kafka=kafka_out, publish=publish)
     if publish is not None:
         publish.checkpoint = checkpoint
     query = q.start(

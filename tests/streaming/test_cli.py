@@ -28,6 +28,8 @@ def run_cli(*args, env=None):
         (["--quotas", "/no/such/quotas.json"], "cannot read quota file '/no/such/quotas.json'"),
         (["--input", "/no/such/events.jsonl", "--once"], "input '/no/such/events.jsonl' does not exist"),
         (["--once"], "--once needs --input"),
+        (["--input", "kafka://nohost", "--once"], "'kafka://nohost' is not a Kafka URL"),
+        (["--input", ".", "--decisions-topic", "dec"], "an output topic given by name needs a Kafka input"),
     ],
 )
 def test_bad_start_up_gives_one_line_and_exit_2(args, message, capsys):
