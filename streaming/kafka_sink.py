@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from streaming.kafka_common import KafkaError, client_kwargs, normalized
@@ -57,7 +58,7 @@ def produce(options: dict, batches) -> KafkaCommit:
                 topic = options.get(TOPIC_OPTIONS[name])
                 if not topic or kind not in kinds:
                     continue
-                rows = table.filter(pa.compute.equal(table["kind"], kind))
+                rows = table.filter(pc.equal(table["kind"], kind))
                 extra = [c for c in ("batch_id",) if c in rows.column_names]
                 for row in rows.select([*columns, *extra]).to_pylist():
                     key = row.get("principal")

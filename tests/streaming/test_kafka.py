@@ -158,3 +158,44 @@ def test_a_missing_topic_is_a_clear_error(kafka):
     reader = KafkaStreamReader({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": "no-such-topic-x"})
     with pytest.raises(KafkaError, match="topic 'no-such-topic-x' does not exist"):
         reader.initialOffset()
+
+
+def test_offsets_that_went_back_are_data_loss_unless_allowed(kafka):
+    kafka.produce("shrunk", ["a", "b", "c"], partitions=1)
+    strict = KafkaStreamReader({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": "shrunk"})
+    with pytest.raises(KafkaError, match=r"data loss: shrunk-0 went back from offset 50 to 3"):
+        strict.partitions({"shrunk": {"0": 50}}, {"shrunk": {"0": 3}})
+    lenient = KafkaStreamReader(
+        {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": "shrunk", "failOnDataLoss": "false"}
+    )
+    assert lenient.partitions({"shrunk": {"0": 50}}, {"shrunk": {"0": 3}}) == []
+    with pytest.raises(KafkaError, match="shrunk-7 no longer exists"):
+        strict.latestOffset({"shrunk": {"0": 0, "7": 4}}, ReadAllAvailable())
+
+
+def test_stream_writer_sends_a_streaming_query_to_kafka(kafka, spark, tmp_path):
+    from conf.loader import load
+    from streaming import query as q
+    from streaming.kafka_source import KafkaDataSource
+
+    spark.dataSource.register(KafkaDataSource)
+    (tmp_path / "in").mkdir()
+    lines = [json.dumps({"timestamp": 1, "principal": "User:w", "producer_id": i}) for i in range(5)] + [
+        "junk"
+    ]
+    (tmp_path / "in" / "e.jsonl").write_text("\n".join(lines) + "\n")
+    config = load(environ={}, overrides={"pidquota.spark.shuffle.partitions": "2"})
+    out = q.pass_through(q.file_source(spark, str(tmp_path / "in"), 0), config)
+    query = (
+        out.writeStream.format("pidquota-kafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap)
+        .option("decisionsTopic", "sw-events")
+        .option("deadLettersTopic", "sw-dlq")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert sorted(json.loads(r.value)["producer_id"] for r in kafka.consume("sw-events")) == list(range(5))
+    assert {r.key for r in kafka.consume("sw-events")} == {b"User:w"}
+    assert [json.loads(r.value)["raw"] for r in kafka.consume("sw-dlq")] == ["junk"]
