@@ -8,7 +8,6 @@ JSON-lines files and exits.
 from __future__ import annotations
 
 import argparse
-import logging
 import re
 import shutil
 import sys
@@ -21,8 +20,6 @@ from quota import StaticQuotas
 from store import commands as store_commands
 from streaming.kafka_common import KafkaUrl, security_options
 from traffic import commands as traffic_commands
-
-log = logging.getLogger("pidquota")
 
 
 def _parser() -> argparse.ArgumentParser:

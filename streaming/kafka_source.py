@@ -12,6 +12,7 @@ high watermark is right, so this source reads exactly to the true end on both.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
-from streaming.kafka_common import KafkaError, client_kwargs, normalized
+from streaming.kafka_common import KafkaError, client_kwargs, normalized, safe_options
 
 SCHEMA = "value string, kafka_topic string, kafka_partition int, kafka_offset long, kafka_timestamp long"
 _ARROW = pa.schema(
@@ -33,6 +34,7 @@ _ARROW = pa.schema(
     ]
 )
 _BATCH_ROWS = 10_000
+log = logging.getLogger("pidquota.kafka")
 
 
 class KafkaRange(InputPartition):
@@ -75,6 +77,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_per_trigger = int(options.get("maxoffsetspertrigger", 0))
         self._client = None
         self._target: dict | None = None  # availableNow: the end offsets when the query started
+        log.info("Kafka source options: %s", safe_options(options))  # the SASL password redacted
 
     # -- driver side -------------------------------------------------------------------
     @property
