@@ -104,10 +104,6 @@ class Config:
             raise _unknown(name, "code")
         return self.values[name]
 
-    def redacted(self) -> dict[str, Any]:
-        """Values safe to log: secrets replaced."""
-        return {k: ("<redacted>" if BY_NAME[k].secret else v) for k, v in self.values.items()}
-
     def quota_settings(self) -> QuotaSettings:
         return QuotaSettings(
             window_ms=self["producer.id.quota.window.size.seconds"] * 1000,
