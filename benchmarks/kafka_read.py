@@ -42,8 +42,8 @@ def main() -> None:
     from kafka import KafkaAdminClient, KafkaProducer
     from kafka.admin import NewTopic
 
+    from store.kafka import KafkaUrl
     from streaming import query as q
-    from streaming.kafka_common import KafkaUrl
     from streaming.kafka_source import KafkaDataSource
     from streaming.session import spark_session
     from streaming.sink import JsonlSink

@@ -17,7 +17,6 @@ from typing import Any
 
 from conf.errors import ConfigError, InputError
 from conf.settings import BY_NAME, SETTINGS, Setting
-from quota.enforcer import QuotaSettings
 
 CONF_DIR = Path(__file__).resolve().parent
 DEFAULT_PROPERTIES = CONF_DIR / "pidquota.properties"
@@ -103,15 +102,6 @@ class Config:
         if name not in self.values:
             raise _unknown(name, "code")
         return self.values[name]
-
-    def quota_settings(self) -> QuotaSettings:
-        return QuotaSettings(
-            window_ms=self["producer.id.quota.window.size.seconds"] * 1000,
-            window_num=self["producer.id.quota.window.num"],
-            layer_count=self["producer.id.quota.cache.layer.count"],
-            false_positive_rate=self["producer.id.quota.cache.false.positive.rate"],
-            cleanup_interval_ms=self["producer.id.quota.cache.cleanup.scheduler.interval.ms"],
-        )
 
     def quotas_path(self) -> Path:
         return Path(self["pidquota.quotas.file"] or DEFAULT_QUOTAS)

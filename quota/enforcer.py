@@ -32,6 +32,17 @@ class QuotaSettings:
     false_positive_rate: float = 0.01
     cleanup_interval_ms: int = 10
 
+    @classmethod
+    def from_config(cls, config) -> QuotaSettings:
+        """The KIP-936 keys of a validated :class:`conf.loader.Config`."""
+        return cls(
+            window_ms=config["producer.id.quota.window.size.seconds"] * 1000,
+            window_num=config["producer.id.quota.window.num"],
+            layer_count=config["producer.id.quota.cache.layer.count"],
+            false_positive_rate=config["producer.id.quota.cache.false.positive.rate"],
+            cleanup_interval_ms=config["producer.id.quota.cache.cleanup.scheduler.interval.ms"],
+        )
+
 
 class Decision(NamedTuple):
     """The verdict on one sighting of a previously unseen PID."""

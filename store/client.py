@@ -1,4 +1,4 @@
-"""Connecting to Redis from a URL plus settings, without ever logging a secret."""
+"""The one way pidquota connects to Redis: a URL plus settings, never logging a secret."""
 
 from __future__ import annotations
 
@@ -43,3 +43,17 @@ def connect(url: str, username: str = "", password: str = "", ssl_ca_certs: str 
     except (redis.RedisError, OSError, ValueError) as exc:
         raise RedisUnavailable(f"cannot reach Redis at {redacted(url)}: {exc}") from None
     return client
+
+
+def auth_kwargs(config) -> dict:
+    """AUTH and TLS settings for :func:`connect`, from the validated settings."""
+    return {
+        "username": config["pidquota.redis.username"],
+        "password": config["pidquota.redis.password"],
+        "ssl_ca_certs": config["pidquota.redis.ssl.ca.certs"],
+    }
+
+
+def connect_config(config, url: str | None = None):
+    """:func:`connect` to ``url`` (default ``pidquota.redis.url``) with the AUTH and TLS settings."""
+    return connect(url or config["pidquota.redis.url"], **auth_kwargs(config))

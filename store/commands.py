@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from conf.errors import ConfigError
 from conf.loader import Config, load, parse_overrides
 from quota.resolver import DEFAULT_ENTITY, QUOTA_KEY
-from store.client import connect
+from store.client import connect_config
 from store.decisions import StatusClient
 from store.quotas import RedisQuotaStore
 
@@ -57,18 +57,6 @@ def redis_from(args: argparse.Namespace) -> tuple[object, Config]:
     if not url:
         raise ConfigError("no Redis given: pass --redis redis://HOST:PORT/DB or set pidquota.redis.url")
     return connect_config(config), config
-
-
-def connect_config(config: Config):
-    return connect(config["pidquota.redis.url"], **auth_kwargs(config))
-
-
-def auth_kwargs(config: Config) -> dict:
-    return {
-        "username": config["pidquota.redis.username"],
-        "password": config["pidquota.redis.password"],
-        "ssl_ca_certs": config["pidquota.redis.ssl.ca.certs"],
-    }
 
 
 def _describe_line(entity: str, configs: dict) -> str:

@@ -18,7 +18,7 @@ from conf.errors import PidquotaError
 from conf.loader import load, parse_overrides
 from quota import StaticQuotas
 from store import commands as store_commands
-from streaming.kafka_common import KafkaUrl, security_options
+from store.kafka import KafkaUrl, security_options
 from traffic import commands as traffic_commands
 
 
@@ -144,7 +144,7 @@ def quota_source(config):
     url = config["pidquota.redis.url"]
     if not url:
         return StaticQuotas.from_file(config.quotas_path()), None
-    from store.commands import auth_kwargs, connect_config
+    from store.client import auth_kwargs, connect_config
     from store.decisions import DecisionStore
     from store.quotas import RedisQuotas, RedisQuotaStore
     from store.sink import RedisPublisher

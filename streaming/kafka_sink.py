@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from streaming.kafka_common import KafkaError, client_kwargs, normalized
+from store.kafka import normalized
+from store.kafka import producer as kafka_producer
 from streaming.schema import OUTPUTS
 
 log = logging.getLogger("pidquota.kafka")
@@ -34,20 +35,7 @@ class KafkaCommit(WriterCommitMessage):
 
 
 def produce(options: dict, batches) -> KafkaCommit:
-    from kafka import KafkaProducer
-
-    try:
-        producer = KafkaProducer(
-            enable_idempotence=True,
-            acks="all",
-            linger_ms=20,
-            client_id="pidquota-sink",
-            **client_kwargs(options),
-        )
-    except Exception as exc:
-        raise KafkaError(
-            f"cannot connect to Kafka at {options['kafka.bootstrap.servers']}: {type(exc).__name__}: {exc}"
-        ) from None
+    producer = kafka_producer(options, client_id="pidquota-sink")
     sent: dict[str, int] = {}
     futures = []
     try:

@@ -21,7 +21,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
-from streaming.kafka_common import KafkaError, client_kwargs, normalized, safe_options
+from store.kafka import KafkaError, consumer, normalized, safe_options
 
 SCHEMA = "value string, kafka_topic string, kafka_partition int, kafka_offset long, kafka_timestamp long"
 _ARROW = pa.schema(
@@ -43,20 +43,7 @@ class KafkaRange(InputPartition):
 
 
 def _consumer(options: dict, **extra):
-    from kafka import KafkaConsumer
-
-    try:
-        return KafkaConsumer(
-            enable_auto_commit=False,
-            client_id="pidquota",
-            request_timeout_ms=int(options.get("requesttimeoutms", 30_000)),
-            **client_kwargs(options),
-            **extra,
-        )
-    except Exception as exc:  # kafka-python raises several kinds here
-        raise KafkaError(
-            f"cannot connect to Kafka at {options['kafka.bootstrap.servers']}: {type(exc).__name__}: {exc}"
-        ) from None
+    return consumer(options, request_timeout_ms=int(options.get("requesttimeoutms", 30_000)), **extra)
 
 
 def _lost(what: str, options: dict) -> None:

@@ -10,9 +10,9 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 from conf.errors import InputError
 from conf.loader import Config
-from quota import QuotaSource
+from quota import QuotaSettings, QuotaSource
+from store.kafka import security_options
 from streaming.compact import COMPACT_SCHEMA, compact
-from streaming.kafka_common import security_options
 from streaming.operator import make_state_function
 from streaming.parse import parse_events
 from streaming.schema import (
@@ -83,7 +83,7 @@ def enforcer(lines: DataFrame, config: Config, quotas: QuotaSource) -> DataFrame
     )
     guard = F.lit(None).cast("timestamp").alias("late_guard", metadata={"spark.watermarkDelayMs": delay})
     dead = F.when(F.col("kind") == KIND_DEAD, F.to_json(F.struct("raw", "reason", "source")))
-    judge = make_state_function(quotas, config.quota_settings())
+    judge = make_state_function(quotas, QuotaSettings.from_config(config))
     folded = events.select(*OPERATOR_INPUT_COLUMNS[:-1], dead.alias("dead")).mapInArrow(
         compact, COMPACT_SCHEMA
     )

@@ -62,8 +62,9 @@ class Enforcer:
 
     def run_kafka(self, url: str, kafka_out: dict | None = None) -> dict[str, pd.DataFrame]:
         """Everything available in a Kafka topic, like ``run --input kafka://... --once``."""
-        from streaming import query as q
         from streaming.kafka_common import KafkaUrl
+
+        from streaming import query as q
         from streaming.kafka_source import KafkaDataSource
 
         self.spark.dataSource.register(KafkaDataSource)

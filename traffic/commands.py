@@ -9,7 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from conf.errors import ConfigError, PidquotaError
+from conf.errors import ConfigError
+from conf.loader import Config, load, parse_overrides
 from traffic.blocks import BlockStore, FileBlockStore, RedisBlockStore
 from traffic.generator import DEFAULT_START_MS, TrafficGenerator
 from traffic.mixes import MIXES
@@ -27,11 +28,19 @@ def parse_duration_ms(text: str) -> int:
     return int(float(m.group(1)) * _UNIT_MS[m.group(2)])
 
 
+def settings(args: argparse.Namespace) -> Config:
+    """The validated settings (``--config``, ``PIDQUOTA_*``, ``--set``): Redis AUTH, TLS and prefix,
+    and the Kafka security settings, apply to the generator as they do to the enforcer."""
+    return load(args.config, parse_overrides(args.set))
+
+
 def block_store(args: argparse.Namespace) -> BlockStore:
     if args.redis:
-        from store.client import connect
+        from store.client import connect_config
 
-        return RedisBlockStore(connect(args.redis))
+        config = settings(args)
+        client = connect_config(config, args.redis)
+        return RedisBlockStore(client, f"{config['pidquota.redis.prefix']}:pid-blocks")
     return FileBlockStore(args.blocks)
 
 
@@ -75,6 +84,8 @@ def _store_args(p) -> None:
     p.add_argument(
         "--redis", metavar="URL", help="keep blocks in Redis instead, e.g. redis://localhost:6379/0"
     )
+    p.add_argument("--config", metavar="FILE", help=".properties file (default: conf/pidquota.properties)")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override a setting")
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -133,23 +144,12 @@ class _EventSink:
             out.parent.mkdir(parents=True, exist_ok=True)
             self._file = out.open("w", encoding="utf-8")
         else:
-            from kafka import KafkaProducer
-
-            from streaming.kafka_common import KafkaUrl
+            from store.kafka import KafkaUrl, producer, security_options
 
             url = KafkaUrl.parse(self.args.to)
             self.topic = url.topic
-            try:
-                self._producer = KafkaProducer(
-                    bootstrap_servers=url.bootstrap.split(","),
-                    linger_ms=20,
-                    enable_idempotence=True,
-                    acks="all",
-                )
-            except Exception as exc:
-                raise PidquotaError(
-                    f"cannot connect to Kafka at {url.bootstrap}: {type(exc).__name__}: {exc}"
-                ) from None
+            options = {"kafka.bootstrap.servers": url.bootstrap, **security_options(settings(self.args))}
+            self._producer = producer(options, client_id="pidquota-generate")
         return self
 
     def write(self, lines: list[str], keys: list[str]) -> None:

@@ -9,11 +9,12 @@ from conf.loader import (
     render_properties,
 )
 from conf.settings import SETTINGS
+from quota import QuotaSettings
 
 
 def test_defaults_load_and_build_quota_settings():
     cfg = load(environ={})
-    qs = cfg.quota_settings()
+    qs = QuotaSettings.from_config(cfg)
     assert (qs.window_ms, qs.window_num, qs.layer_count) == (3_600_000, 11, 4)
     assert qs.false_positive_rate == 0.01 and qs.cleanup_interval_ms == 10
 

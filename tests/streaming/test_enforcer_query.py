@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from quota import PrincipalQuota
+from quota import PrincipalQuota, QuotaSettings
 
 MIN = 60_000
 
@@ -29,7 +29,7 @@ def test_crash_loop_verdicts_follow_the_bucket_math(make_enforcer, tmp_path):
     expected = np.ceil((1 - thr.tokens) * 60_000 / 1)  # (1 - tokens) / Q * 1000 with Q = 1/60
     assert (thr.throttle_time_ms - expected).abs().max() <= 1
     # and exactly what the core decides on the same events
-    core = PrincipalQuota(60, make_enforcer(tmp_path / "x", {}).config.quota_settings())
+    core = PrincipalQuota(60, QuotaSettings.from_config(make_enforcer(tmp_path / "x", {}).config))
     want = [
         (x.producer_id, x.verdict, x.throttle_time_ms)
         for x in (core.observe(e["timestamp"], e["producer_id"]) for e in events)

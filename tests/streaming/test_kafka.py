@@ -12,7 +12,7 @@ import time
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from streaming.kafka_common import KafkaError, client_kwargs, safe_options
+from store.kafka import KafkaError, client_kwargs, safe_options
 from streaming.kafka_source import KafkaStreamReader
 from traffic.generator import TrafficGenerator
 

@@ -1,4 +1,6 @@
-"""What the Kafka source, sink and CLI share: URLs, client options, secrets."""
+"""The one way pidquota connects to Kafka: URLs, client options, secrets, and the
+producer and consumer factories that the source, the sink and the traffic
+generator all use (so security settings apply everywhere)."""
 
 from __future__ import annotations
 
@@ -64,3 +66,27 @@ def security_options(config) -> dict:
         if value:
             out[key] = value
     return out
+
+
+def _connected(kind, options: dict, defaults: dict, extra: dict):
+    try:
+        return kind(**{**defaults, **client_kwargs(options), **extra})
+    except Exception as exc:  # kafka-python raises several kinds here
+        raise KafkaError(
+            f"cannot connect to Kafka at {options['kafka.bootstrap.servers']}: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def producer(options: dict, **extra):
+    """An idempotent ``KafkaProducer`` (acks=all) from pidquota's ``kafka.*`` options."""
+    from kafka import KafkaProducer
+
+    defaults = {"enable_idempotence": True, "acks": "all", "linger_ms": 20, "client_id": "pidquota"}
+    return _connected(KafkaProducer, options, defaults, extra)
+
+
+def consumer(options: dict, **extra):
+    """A ``KafkaConsumer`` without auto-commit from pidquota's ``kafka.*`` options."""
+    from kafka import KafkaConsumer
+
+    return _connected(KafkaConsumer, options, {"enable_auto_commit": False, "client_id": "pidquota"}, extra)
