@@ -60,10 +60,18 @@ class Enforcer:
         write_events(self.input / f"{n:03d}-{name}.jsonl", events)
         return self._run(q.file_source(self.spark, str(self.input), 0))
 
+    def run_lines(self, lines: list, name: str = "lines") -> dict[str, pd.DataFrame]:
+        """Write raw records (str or bytes, one per line) as they are, and run on the folder."""
+        from streaming import query as q
+
+        n = len(list(self.input.glob("*.jsonl")))
+        data = [x if isinstance(x, bytes) else x.encode("utf-8") for x in lines]
+        (self.input / f"{n:03d}-{name}.jsonl").write_bytes(b"\n".join(data) + b"\n")
+        return self._run(q.file_source(self.spark, str(self.input), 0))
+
     def run_kafka(self, url: str, kafka_out: dict | None = None) -> dict[str, pd.DataFrame]:
         """Everything available in a Kafka topic, like ``run --input kafka://... --once``."""
-        from streaming.kafka_common import KafkaUrl
-
+        from store.kafka import KafkaUrl
         from streaming import query as q
         from streaming.kafka_source import KafkaDataSource
 

@@ -147,3 +147,33 @@ def test_idle_principals_are_evicted_by_event_time(make_enforcer, tmp_path):
     assert rows[-1] == 1, rows  # only User:busy is left
     out = runner.run([ev(11 * MIN, "User:idle", 1)], "c")
     assert out["decisions"].iloc[-1].verdict == "ADMIT"  # a fresh start: PID 1 judged again
+
+
+EDGES = {
+    # trailing white space of any kind is white space; a leading BOM is tolerated
+    '{"timestamp": 5, "principal": "User:e", "producer_id": 1}\t': None,
+    '{"timestamp": 5, "principal": "User:e", "producer_id": 2} \t ': None,
+    '\ufeff{"timestamp": 5, "principal": "User:e", "producer_id": 3}': None,
+    # an integer is written as one: 5.0 is refused like "5"
+    '{"timestamp": 5, "principal": "User:e", "producer_id": 5.0}': "field 'producer_id' must be an integer, got 5.0",
+    '{"timestamp": 5, "principal": "User:e", "producer_id": 1e2}': "field 'producer_id' must be an integer, got 1e2",
+    '{"timestamp": 5.0, "principal": "User:e", "producer_id": 1}': "field 'timestamp' must be an integer, got 5.0",
+    '{"timestamp": 5, "principal": "User:e", "producer_id": ' + "9" * 400 + "}": "the number is too large",
+    '{"timestamp": 5, "principal": "User:e", "producer_id": ' + "9" * 2000 + "}": "more than 1000 digits",
+    '{"timestamp": 5, "principal": "\\t\\n", "producer_id": 1}': "principal is empty",
+    '{"timestamp": 5, "principal": "User:e", "producer_id": 1}}': "text after the object",
+    '{"timestamp": 5, "principal": "User:e", "producer_id": 1} {}': "text after the object",
+    '{"timestamp": 5, "principal": "a}", "producer_id": 1, "client_id": "{x}"}': None,
+    '{"a":' * 3000 + "1" + "}" * 3000: "too many '{' or '['",
+}
+
+
+def test_parser_edges(make_enforcer, tmp_path):
+    out = make_enforcer(tmp_path, {"<default>": 10}).run(list(EDGES))
+    dead = dict(zip(out["dead-letters"].raw, out["dead-letters"].reason, strict=True))
+    for raw, reason in EDGES.items():
+        if reason is None:
+            assert raw not in dead, (raw, dead.get(raw))
+        else:
+            assert reason in dead[raw], (raw[:80], dead.get(raw))
+    assert out["metrics"].events.sum() == sum(r is None for r in EDGES.values())
