@@ -87,8 +87,26 @@ class LayeredBloomFilter:
         # every roll, so it is exact, not a heuristic.
         self._newest_cache: set[int] = set()
 
-    def configure(self, window_ms: int, layer_count: int, error_rate: float) -> None:
-        """Adopt the settings in force now (on restart), keeping the layers."""
+    def configure(
+        self, window_ms: int, layer_count: int, error_rate: float, now_ms: int | None = None
+    ) -> None:
+        """Adopt the settings in force now (on restart), keeping the live layers.
+
+        With ``now_ms`` (the state's event time when it was saved), layers
+        already dead at ``now_ms`` under the *old* window are dropped first:
+        their PIDs were forgotten, and a longer window must not bring them
+        back. The live layers keep their times, so under the new window W'
+        and span S' = W' / layer_count' a PID last seen at t is still known
+        until t + W' (never forgotten early). It is forgotten by
+        t + W' + S', except that a layer written under the old span S keeps
+        its PIDs until t + W' + S at most: a layer's times cannot say when
+        each PID in it was seen, and forgetting sooner could forget one early.
+        Nothing is kept longer than that, and new layers follow S'.
+        Example: W 3600 s -> 60 s, a PID seen 2 minutes before the restart is
+        forgotten at once, one seen 10 s before is known for 50 s more.
+        """
+        if now_ms is not None:
+            self.cleanup(now_ms)
         self.window_ms, self.layer_count, self.error_rate = (
             int(window_ms),
             int(layer_count),

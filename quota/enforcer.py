@@ -17,9 +17,13 @@ ADMIT = "ADMIT"
 THROTTLE = "THROTTLE"
 
 MAGIC = b"PQS"
-VERSION = 1
-# magic, version, rate, now_ms, credit, bucket_last_ms, admitted, throttled, last_cleanup_ms
-_HEADER = struct.Struct("<3sBdqdqqqq")
+VERSION = 2
+# v2: magic, version, rate, now_ms, credit, bucket_last_ms, admitted, throttled,
+# last_cleanup_ms, window_ms (the W the credit and the metric samples are measured in)
+_HEADER = struct.Struct("<3sBdqdqqqqq")
+# v1 had no window_ms: its credit is read in the window in force at load
+_HEADER_V1 = struct.Struct("<3sBdqdqqqq")
+_HEADERS = {1: _HEADER_V1, 2: _HEADER}
 
 
 @dataclass(frozen=True)
@@ -215,6 +219,7 @@ class PrincipalQuota:
             self.admitted_total,
             self.throttled_total,
             self.last_cleanup_ms,
+            self.bucket.window_ms,
         )
         bloom = self.filter.to_bytes()
         return head + self.stats.to_bytes() + struct.pack("<I", len(bloom)) + bloom
@@ -225,32 +230,84 @@ class PrincipalQuota:
 
         The settings in force now win over the saved ones (window, layers,
         samples), so a config change applies to existing state on restart.
+        What was measured in the saved window W is converted, not misread:
+
+        * the bucket keeps its *tokens*, not its token·ms credit
+          (:meth:`TokenBucket.set_window`): a spent bucket stays spent, so a
+          shorter W gives no burst, only a faster refill;
+        * metric samples of another size are dropped: a sample cannot be
+          split or merged, so ``rate`` and ``throttle_time_ms`` restart from
+          the new samples (totals are kept; no verdict depends on samples);
+        * the filter drops the layers already dead under the saved W at the
+          saved ``now`` (a longer W must not bring forgotten PIDs back), then
+          takes the new W and layer count (:meth:`LayeredBloomFilter.configure`).
+
+        Version 1 state has no window; its credit is read in the W in force.
         """
         buf = memoryview(blob)
-        if len(buf) < _HEADER.size:
-            raise CorruptStateError(f"quota state is {len(buf)} bytes, shorter than its header")
-        magic, version, rate, now, credit, last, admitted, throttled, cleaned = _HEADER.unpack_from(buf)
-        if magic != MAGIC:
-            raise CorruptStateError(f"quota state has magic {magic!r}, expected {MAGIC!r}")
-        if version != VERSION:
-            raise CorruptStateError(f"quota state has version {version}; this build reads {VERSION}")
-        if not rate > 0 or credit < 0 or admitted < 0 or throttled < 0:
-            raise CorruptStateError(
-                f"quota state is invalid (rate={rate}, credit={credit}, admitted={admitted})"
-            )
-        state = cls(int(rate) if rate.is_integer() else rate, settings, now)
-        state.bucket.credit = int(credit) if credit.is_integer() else credit
-        state.bucket.last_ms = last
-        state.admitted_total, state.throttled_total, state.last_cleanup_ms = admitted, throttled, cleaned
+        head = _read_header(buf, settings.window_ms)
+        state = cls(head.rate, settings, head.now_ms)
+        state.bucket = _restore_bucket(head, settings.window_ms)
+        state.admitted_total, state.throttled_total = head.admitted, head.throttled
+        state.last_cleanup_ms = head.last_cleanup_ms
         try:
-            offset = state.stats.load(buf, _HEADER.size)
+            offset = state.stats.load(buf, _HEADERS[buf[3]].size)
             (n,) = struct.unpack_from("<I", buf, offset)
         except (ValueError, struct.error) as exc:
             raise CorruptStateError(f"quota state metric samples are corrupt: {exc}") from None
+        if head.window_ms != settings.window_ms:
+            state.stats.samples = []
         offset += 4
         if offset + n != len(buf):
             raise CorruptStateError(f"quota state holds {len(buf) - offset} filter bytes but says {n}")
         bloom = LayeredBloomFilter.from_bytes(buf[offset:])
-        bloom.configure(settings.window_ms, settings.layer_count, settings.false_positive_rate)
+        bloom.configure(
+            settings.window_ms, settings.layer_count, settings.false_positive_rate, now_ms=head.now_ms
+        )
         state.filter = bloom
         return state
+
+
+class _Header(NamedTuple):
+    """The fixed part of a state blob, whatever its version."""
+
+    rate: float
+    now_ms: int
+    credit: float
+    bucket_last_ms: int
+    admitted: int
+    throttled: int
+    last_cleanup_ms: int
+    window_ms: int
+
+
+def _read_header(buf: memoryview, window_ms_now: int) -> _Header:
+    """The header of a version 1 or 2 blob, checked; v1 gets ``window_ms_now``."""
+    if len(buf) < 4:
+        raise CorruptStateError(f"quota state is {len(buf)} bytes, shorter than its header")
+    magic, version = bytes(buf[:3]), buf[3]
+    if magic != MAGIC:
+        raise CorruptStateError(f"quota state has magic {magic!r}, expected {MAGIC!r}")
+    layout = _HEADERS.get(version)
+    if layout is None:
+        raise CorruptStateError(f"quota state has version {version}; this build reads 1 to {VERSION}")
+    if len(buf) < layout.size:
+        raise CorruptStateError(f"quota state is {len(buf)} bytes, shorter than its header")
+    fields = layout.unpack_from(buf)[2:]
+    head = _Header(*fields) if version >= 2 else _Header(*fields, window_ms_now)
+    rate = head.rate
+    if not rate > 0 or head.credit < 0 or head.admitted < 0 or head.throttled < 0 or head.window_ms < 1:
+        raise CorruptStateError(
+            f"quota state is invalid (rate={rate}, credit={head.credit}, admitted={head.admitted}, "
+            f"window_ms={head.window_ms})"
+        )
+    return head._replace(rate=int(rate) if rate.is_integer() else rate)
+
+
+def _restore_bucket(head: _Header, window_ms_now: int) -> TokenBucket:
+    """The saved bucket, its credit moved from the saved W to the one in force."""
+    bucket = TokenBucket(head.rate, head.window_ms, head.bucket_last_ms)
+    credit = head.credit
+    bucket.credit = int(credit) if credit.is_integer() else credit
+    bucket.set_window(window_ms_now)
+    return bucket

@@ -15,11 +15,15 @@ QUOTA_KEY = "producer_ids_rate"
 
 
 class QuotaSource(Protocol):
-    """Where quotas come from (the embedded file now, Redis later).
+    """Where quotas come from (the JSON file or Redis).
 
     ``snapshot()`` returns the current ``{entity: rate}`` map; the enforcer
-    calls it once per micro-batch, never per event.
+    calls it once per micro-batch, never per event. ``stale`` is True while
+    the quotas may be out of date: the store could not be read, so the last
+    known quotas are in force (the metrics rows say ``quota_stale``).
     """
+
+    stale: bool
 
     def snapshot(self) -> Mapping[str, float]: ...
 
@@ -71,12 +75,41 @@ def parse_quotas(doc: object, origin: str = "quota file") -> dict[str, float]:
                 f"{origin}: unknown config key(s) {unknown} for {entity!r}; the only key is {QUOTA_KEY!r}"
             )
         if QUOTA_KEY in configs:
-            quotas[entity] = validate_rate(entity, configs[QUOTA_KEY])
+            quotas[entity] = _json_rate(entity, configs[QUOTA_KEY])
     return quotas
 
 
+def _json_rate(entity: str, value: object) -> float:
+    """A rate from the JSON file: a JSON number only, as the event parser wants.
+
+    ``"50"`` is refused: the file is typed, and a quoted number is a string.
+    (Redis and the ``configs`` CLI hand over text, so :func:`validate_rate`
+    itself still takes numeric strings.)
+    """
+    if isinstance(value, str):
+        fix = (
+            f"write {value.strip()} without quotes"
+            if _is_number(value)
+            else "write a positive number, e.g. 100"
+        )
+        raise ConfigError(
+            f"{QUOTA_KEY} for {entity!r} must be a JSON number, got the string {json.dumps(value)}; {fix}"
+        )
+    return validate_rate(entity, value)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 class StaticQuotas:
-    """Quotas from a fixed mapping or the embedded JSON file."""
+    """Quotas from a fixed mapping or the embedded JSON file. Never stale."""
+
+    stale = False
 
     def __init__(self, quotas: Mapping[str, float]) -> None:
         self._quotas = {e: validate_rate(e, r) for e, r in quotas.items()}

@@ -23,6 +23,11 @@ class SampledStats:
 
     Example, W = 3600 s, num = 11: 30 PIDs admitted at 00:10 and 30 at 01:10
     give, at 02:00, rate = 60 / max(110 min, 60 min) * 60 min = 32.7 per hour.
+
+    Samples are kept with the state. A restart with another ``window.size``
+    drops them (:meth:`quota.enforcer.PrincipalQuota.from_bytes`): an hour's
+    sample cannot be split into minutes, and read as a minute's it would
+    report 60 times the truth. A changed ``window.num`` just keeps the newest.
     """
 
     __slots__ = ("num", "size_ms", "samples")

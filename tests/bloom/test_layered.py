@@ -164,3 +164,37 @@ def test_bad_parameters_are_refused():
         LayeredBloomFilter(W, 0, 0.01)
     with pytest.raises(ValueError, match="false-positive"):
         LayeredBloomFilter(W, 4, 1.5)
+
+
+def test_configure_drops_layers_dead_under_the_old_window_first():
+    minute = 60_000
+    f = LayeredBloomFilter(minute, 4, 0.01)  # span 15 s
+    f.add(1, 0, 100)
+    f.add(2, 50_000, 100)  # a second layer
+    assert f.touch_cached(2, 61_000)  # time moves on, no cleanup: PID 1's layer is dead
+    assert len(f) == 2 and not f.contains(1, 61_000)
+    revived = LayeredBloomFilter.from_bytes(f.to_bytes())
+    revived.configure(W, 4, 0.01)  # without now_ms: only the settings change
+    assert revived.contains(1, 61_000)
+    g = LayeredBloomFilter.from_bytes(f.to_bytes())
+    g.configure(W, 2, 0.01, now_ms=61_000)
+    assert len(g) == 1 and not g.contains(1, 61_000)
+    assert g.contains(2, 61_000 + W) and not g.contains(2, 61_000 + W + 1)
+    assert (g.window_ms, g.layer_count, g.span_ms) == (W, 2, W // 2)
+
+
+@pytest.mark.parametrize("old, new", [(4, 2), (2, 8), (8, 1), (1, 64)])
+def test_layer_count_change_keeps_pids_for_the_window_after_their_last_sighting(old, new):
+    f = LayeredBloomFilter(W, old, 1e-6)
+    for i, t in enumerate(range(0, W, W // 20)):
+        f.add(i, t, 100)
+    now = W - 1
+    g = LayeredBloomFilter.from_bytes(f.to_bytes())
+    g.configure(W, new, 1e-6, now_ms=now)
+    span = max(W // old, W // new)
+    for i, t in enumerate(range(0, W, W // 20)):
+        assert g.contains(i, t + W), (i, t)  # never forgotten early
+        assert not g.contains(i, t + W + span + 1), (i, t)  # nor kept past W + span
+    for t in (now + 1, now + 1 + W // new, now + 1 + 3 * W // new):  # writes follow the new span
+        g.add(t, t, 100)
+        assert 0 <= t - g.layers[-1].created_ms < W // new

@@ -183,3 +183,15 @@ def test_corrupt_state_is_refused(mangle, message):
     q.observe(0, 1)
     with pytest.raises(CorruptStateError, match=message):
         PrincipalQuota.from_bytes(mangle(q.to_bytes()), S)
+
+
+def test_a_rate_below_one_pid_per_window_is_satisfiable():
+    q = PrincipalQuota(0.5, S)  # B = 1 token, one new PID per 2 h
+    assert verdicts(q, [(0, 1), (0, 2)]) == [(0, 1, ADMIT, 0), (0, 2, THROTTLE, 2 * W)]
+    assert verdicts(q, [(W, 2)]) == [(W, 2, THROTTLE, W)]  # waiting helps
+    assert verdicts(q, [(2 * W, 2), (2 * W, 3)]) == [(2 * W, 2, ADMIT, 0), (2 * W, 3, THROTTLE, 2 * W)]
+    m = q.metrics()
+    assert m["quota"] == 0.5 and m["tokens"] == 0
+    assert q.evict_at_ms() == 4 * W  # the bucket is full 2 h after its last take
+    r = PrincipalQuota.from_bytes(q.to_bytes(), S)
+    assert r.rate == 0.5 and verdicts(r, [(4 * W, 4)]) == [(4 * W, 4, ADMIT, 0)]

@@ -3,7 +3,8 @@ import json
 import pytest
 
 from conf.errors import ConfigError, InputError
-from quota import DEFAULT_ENTITY, StaticQuotas, parse_quotas, resolve
+from quota import DEFAULT_ENTITY, QuotaSource, StaticQuotas, parse_quotas, resolve
+from quota.resolver import validate_rate
 
 
 def test_override_then_default_then_unlimited():
@@ -33,7 +34,16 @@ def test_quota_file_round_trip(tmp_path):
     [
         ({"users": {"User:a": {"producer_ids_rate": -1}}}, r"'User:a'.*positive number, got -1"),
         ({"users": {"User:a": {"producer_ids_rate": 0}}}, r"'User:a'.*got 0"),
-        ({"users": {"User:a": {"producer_ids_rate": "lots"}}}, r"'User:a'.*got 'lots'"),
+        ({"users": {"User:a": {"producer_ids_rate": "lots"}}}, r"'User:a'.*JSON number.*\"lots\""),
+        (
+            {"users": {"User:alice": {"producer_ids_rate": "50"}}},
+            r"producer_ids_rate for 'User:alice' must be a JSON number, got the string \"50\"; "
+            r"write 50 without quotes",
+        ),
+        ({"users": {"<default>": {"producer_ids_rate": "0.5"}}}, r"'<default>'.*write 0.5 without"),
+        ({"users": {"User:a": {"producer_ids_rate": None}}}, r"'User:a'.*got None"),
+        ({"users": {"User:a": {"producer_ids_rate": [5]}}}, r"'User:a'.*got \[5\]"),
+        ({"users": {"User:a": {"producer_ids_rate": float("nan")}}}, r"'User:a'.*got nan"),
         ({"users": {"User:a": {"producer_ids_rate": True}}}, r"'User:a'.*got True"),
         (
             {"users": {"User:a": {"producer_byte_rate": 5}}},
@@ -55,3 +65,29 @@ def test_missing_and_unparseable_files(tmp_path):
     bad.write_text("{")
     with pytest.raises(ConfigError, match="not valid JSON"):
         StaticQuotas.from_file(bad)
+
+
+def test_quota_file_refuses_a_quoted_number_naming_the_user(tmp_path):
+    path = tmp_path / "q.json"
+    path.write_text('{"users": {"User:alice": {"producer_ids_rate": "50"}}}')
+    with pytest.raises(ConfigError, match=r"'User:alice'.*the string \"50\"; write 50 without quotes"):
+        StaticQuotas.from_file(path)
+
+
+def test_rates_below_one_and_fractional_rates_are_accepted_from_the_file():
+    doc = {"users": {"User:a": {"producer_ids_rate": 0.5}, "User:b": {"producer_ids_rate": 1e-3}}}
+    assert parse_quotas(doc) == {"User:a": 0.5, "User:b": 0.001}
+
+
+def test_text_from_redis_and_the_cli_is_still_accepted():
+    # Redis hashes and `configs --add-config` hand over text
+    assert validate_rate("User:a", "50") == 50
+    assert validate_rate("User:a", b"2.5".decode()) == 2.5
+    with pytest.raises(ConfigError, match="'User:a'.*got 'lots'"):
+        validate_rate("User:a", "lots")
+
+
+def test_static_quotas_are_never_stale():
+    source: QuotaSource = StaticQuotas({"User:a": 1})
+    assert source.stale is False
+    assert "stale" in QuotaSource.__annotations__
