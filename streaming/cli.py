@@ -152,14 +152,7 @@ def quota_source(config):
     client = connect_config(config)  # at start-up: a Redis that is not there is an error now
     prefix = config["pidquota.redis.prefix"]
     store = RedisQuotaStore(client, prefix)
-    quotas = RedisQuotas(
-        url,
-        auth_kwargs(config),
-        prefix,
-        store.snapshot(),
-        store.version(),
-        config["pidquota.quota.refresh.ms"],
-    )
+    quotas = RedisQuotas.load(store, url, auth_kwargs(config), config["pidquota.quota.refresh.ms"])
     publish = (
         RedisPublisher(DecisionStore(client, prefix)) if config["pidquota.redis.publish.decisions"] else None
     )

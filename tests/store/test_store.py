@@ -41,7 +41,7 @@ def test_quota_round_trip_with_hostile_names(redis_client):
         store.alter(name, {"producer_ids_rate": i + 1})
     assert store.snapshot() == {name: i + 1 for i, name in enumerate(HOSTILE)}
     assert store.entities() == sorted(HOSTILE)
-    keys = {k.decode() for k in redis_client.keys("pidquota:config:users:*")}
+    keys = {k.decode() for k in redis_client.keys("{pidquota}:config:users:*")}
     assert len(keys) == len(HOSTILE)  # one hash each, no entity reached another's key
 
 
@@ -156,7 +156,7 @@ def test_status_of_unknown_user_and_expiry(redis_client):
 def test_auth_with_password_and_acl_user(tmp_path):
     from conftest import start_redis
 
-    acl = ("--requirepass", "hunter2", "--user", "pq", "on", ">s3cret", "~pidquota:*", "+@all")
+    acl = ("--requirepass", "hunter2", "--user", "pq", "on", ">s3cret", "~{pidquota}:*", "+@all")
     proc, port = start_redis(tmp_path, *acl)
     try:
         url = f"redis://127.0.0.1:{port}/0"

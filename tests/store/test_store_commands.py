@@ -142,7 +142,7 @@ def test_live_quota_change_applies_within_a_trigger_and_status_answers(
 
     store = RedisQuotaStore(redis_client)
     store.alter("User:live", {"producer_ids_rate": 2})
-    quotas = RedisQuotas(redis_server, {}, "pidquota", store.snapshot(), store.version(), refresh_ms=50)
+    quotas = RedisQuotas.load(store, redis_server, {}, refresh_ms=50)
     config = load(environ={}, overrides={"pidquota.spark.shuffle.partitions": "2"})
     inp, out = tmp_path / "in", tmp_path / "out"
     inp.mkdir()
