@@ -86,14 +86,3 @@ class Keys:
     def fence(self, query_id: str) -> str:
         """The writer generation and last batch of a query (KIP-447-style fencing)."""
         return f"{self.tag}:fence:{sanitize(query_id)}"
-
-    # -- the per-key throttle layout, replaced by user_state() in the next change --
-    def throttled_until(self, principal: str) -> str:
-        return f"{self.tag}:throttle:users:{sanitize(principal)}"
-
-    def metrics(self, principal: str) -> str:
-        return f"{self.tag}:metrics:users:{sanitize(principal)}"
-
-    @property
-    def metrics_index(self) -> str:
-        return f"{self.tag}:metrics:users"

@@ -144,6 +144,7 @@ def quota_source(config):
     url = config["pidquota.redis.url"]
     if not url:
         return StaticQuotas.from_file(config.quotas_path()), None
+    from quota import QuotaSettings
     from store.client import auth_kwargs, connect_config
     from store.decisions import DecisionStore
     from store.quotas import RedisQuotas, RedisQuotaStore
@@ -153,10 +154,10 @@ def quota_source(config):
     prefix = config["pidquota.redis.prefix"]
     store = RedisQuotaStore(client, prefix)
     quotas = RedisQuotas.load(store, url, auth_kwargs(config), config["pidquota.quota.refresh.ms"])
-    publish = (
-        RedisPublisher(DecisionStore(client, prefix)) if config["pidquota.redis.publish.decisions"] else None
-    )
-    return quotas, publish
+    if not config["pidquota.redis.publish.decisions"]:
+        return quotas, None
+    window_ms = QuotaSettings.from_config(config).window_ms
+    return quotas, RedisPublisher(DecisionStore(client, prefix), quotas, window_ms)
 
 
 def kafka_outputs(config, input_url: str | None) -> dict | None:
