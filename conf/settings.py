@@ -260,7 +260,8 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "pidquota",
         "One Redis can serve several clusters, each under its own prefix.",
-        "Prefix of every key pidquota reads or writes in Redis.",
+        "Prefix of every key pidquota reads or writes in Redis, used as the hash tag {PREFIX} "
+        "(one Redis Cluster slot); no spaces or braces.",
     ),
     Setting(
         "pidquota.quota.refresh.ms",
@@ -277,7 +278,8 @@ SETTINGS: tuple[Setting, ...] = (
         True,
         "A broker plug-in or proxy asks Redis whether a user is throttled; with Redis "
         "configured, that answer should be there.",
-        "Write per-user throttle state and metrics to pidquota.redis.url each batch (fenced).",
+        "Write per-user throttle state and metrics, in the user's event time, to pidquota.redis.url "
+        "each batch (fenced per query run).",
     ),
     # -- pidquota: Spark ---------------------------------------------------------------
     Setting(

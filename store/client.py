@@ -6,6 +6,8 @@ import re
 
 from conf.errors import PidquotaError
 
+RETRIES = 1  # see connect()
+
 
 class RedisUnavailable(PidquotaError, ConnectionError):
     """Redis did not answer."""
@@ -21,14 +23,24 @@ def connect(url: str, username: str = "", password: str = "", ssl_ca_certs: str 
 
     Credentials in the settings win over ones in the URL. Raises
     :class:`RedisUnavailable` (naming the redacted URL) if it does not answer.
+    A failed command is retried once at once (:data:`RETRIES`), which is what
+    a pooled connection to a restarted Redis needs; redis-py's default (10
+    retries with backoff) would stall each micro-batch ~5 s per call while
+    Redis is down.
     """
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
     if not re.match(r"^rediss?://", url):
         raise PidquotaError(
             f"{redacted(url)!r} is not a Redis URL; use redis://HOST:PORT/DB or rediss:// for TLS"
         )
-    kwargs: dict = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+    kwargs: dict = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "retry": Retry(NoBackoff(), RETRIES),
+    }
     if username:
         kwargs["username"] = username
     if password:

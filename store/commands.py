@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timezone
 
 from conf.errors import ConfigError
 from conf.loader import Config, load, parse_overrides
@@ -110,6 +109,7 @@ def run_configs(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    """Each user's published state, in that user's event time (see :class:`StatusClient`)."""
     client, config = redis_from(args)
     status = StatusClient(client, config["pidquota.redis.prefix"])
     principals = [args.principal] if args.principal else status.principals()
@@ -117,14 +117,7 @@ def run_status(args: argparse.Namespace) -> int:
         print("No throttle state published yet.")
     for principal in principals:
         s = status.status(principal)
-        if s.throttled:
-            until = datetime.fromtimestamp(s.throttled_until_ms / 1000, timezone.utc).isoformat(
-                timespec="milliseconds"
-            )
-            head = f"{principal}: THROTTLED for {s.throttled_for_ms} ms (until {until})"
-        else:
-            head = f"{principal}: not throttled"
-        print(head)
+        print(s.line())
         if s.metrics:
             print("  " + ", ".join(f"{k}={v}" for k, v in sorted(s.metrics.items())))
         elif args.principal:

@@ -1,123 +1,175 @@
 """Per-user throttle state in Redis, for brokers and proxies to ask, with fenced writes.
 
-Each micro-batch writes, per principal, ``throttled until`` (ms, with a TTL
-of the throttle time) for principals throttled in the batch, and the latest
-metrics as a hash. The whole batch is one Lua script call that applies only
-if the batch id is newer than the last one applied for the query id, then
-records it. A batch replayed after a restart, or a zombie second instance of
-the same query (same checkpoint, so the same query id), cannot apply stale or
-duplicate state: KIP-447's generation fencing, applied to this sink.
+The writer side (:class:`DecisionStore`) replaces each published user's hash
+``{P}:users:<name>`` in Lua scripts fenced the way KIP-447 fences
+transactional producers; the reader side (:class:`StatusClient`) is what a
+broker plug-in or proxy needs. Both answer in the user's event time.
 """
 
 from __future__ import annotations
 
 import json
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from store.keys import Keys
+from store.state import UserState
 
-# KEYS[1] = the fence key. ARGV[1] = batch id, ARGV[2] = JSON list of writes:
-# ["until", key, until_ms, ttl_ms] | ["hash", key, {field: value}] | ["index", key, member]
-_APPLY_LUA = """
-local last = tonumber(redis.call('GET', KEYS[1]) or '-1')
-local batch = tonumber(ARGV[1])
-if batch <= last then return last end
-for _, w in ipairs(cjson.decode(ARGV[2])) do
-  if w[1] == 'until' then
-    local current = tonumber(redis.call('GET', w[2]) or '0')
-    if tonumber(w[3]) > current then redis.call('SET', w[2], w[3], 'PX', w[4]) end
-  elseif w[1] == 'hash' then
-    for field, value in pairs(w[3]) do redis.call('HSET', w[2], field, tostring(value)) end
-  elseif w[1] == 'index' then
-    redis.call('SADD', w[2], w[3])
-  end
+# At most this many users per script call. A Lua script runs atomically:
+# while it runs, Redis answers nobody else (brokers asking for a user's
+# status wait). 200 users are ~600 commands (DEL, HSET, SADD) and a ~50 KB
+# request: well under a millisecond of blocking, and far below Lua's
+# unpack() and Redis's argument limits. Larger batches become several calls
+# sent in one pipeline.
+MAX_USERS_PER_CALL = 200
+
+# KEYS[1] = the fence hash, KEYS[2 .. #KEYS-1] = the users' state hashes,
+# KEYS[#KEYS] = the state index. ARGV[1] = writer generation, ARGV[2] = batch
+# id; for the i-th user (KEYS[1 + i]): ARGV[1 + 2i] = its principal (the index
+# member), ARGV[2 + 2i] = a JSON list [field, value, field, value, ...].
+# Every key the script touches is declared in KEYS, all in the {PREFIX} slot.
+_WRITE_LUA = """
+local gen, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
+local fence = redis.call('HMGET', KEYS[1], 'generation', 'batch')
+local g, b = tonumber(fence[1]) or 0, tonumber(fence[2]) or -1
+if gen < g then return {'FENCED', g, b} end
+if batch < b then return {'STALE', g, b} end
+redis.call('HSET', KEYS[1], 'generation', gen, 'batch', batch)
+local index = KEYS[#KEYS]
+for i = 1, #KEYS - 2 do
+  local key = KEYS[1 + i]
+  redis.call('DEL', key)
+  local fields = cjson.decode(ARGV[2 + 2 * i])
+  if #fields > 0 then redis.call('HSET', key, unpack(fields)) end
+  redis.call('SADD', index, ARGV[1 + 2 * i])
 end
-redis.call('SET', KEYS[1], batch)
-return -2
+return {'OK', gen, batch}
 """
 
-METRIC_FIELDS = (
-    "quota",
-    "rate",
-    "tokens",
-    "throttle_time_ms",
-    "admitted_total",
-    "throttled_total",
-    "timestamp",
-)
+OK, FENCED, STALE = "OK", "FENCED", "STALE"
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """``status`` OK, FENCED or STALE, and the fence's generation and batch after the call."""
+
+    status: str
+    generation: int
+    batch: int
+
+    @property
+    def applied(self) -> bool:
+        return self.status == OK
 
 
 class DecisionStore:
-    """The writer side, used by the enforcer's sink."""
+    """The writer side, used by :class:`store.sink.RedisPublisher`; KIP-447 fencing per query.
+
+    Each run of a query calls :meth:`begin` once and gets a new generation
+    (the fence's ``generation`` + 1, like a producer epoch bumped by
+    ``InitProducerId``). A write carries (generation, batch id) and applies
+    only if ``generation >= fence.generation`` (else FENCED: a zombie from
+    an older run) and ``batch >= fence.batch`` (else STALE; equal is allowed,
+    so a batch split over several calls, or replayed after a crash by the
+    next run, is applied in full: its data is deterministic). Example: run A
+    begins (generation 1), run B begins (generation 2); A's batch 100 is
+    FENCED although 100 is higher, B's batch 5 is applied (fence: 2, 5).
+    """
 
     def __init__(self, client, prefix: str = "pidquota") -> None:
         self.client = client
         self.keys = Keys(prefix)
-        self._apply = client.register_script(_APPLY_LUA)
+        self._write = client.register_script(_WRITE_LUA)
 
-    def apply(self, query_id: str, batch_id: int, decisions, metrics, now_ms: int | None = None) -> bool:
-        """Write one batch; return False if it was fenced off (not newer than the last applied).
+    def begin(self, query_id: str) -> int:
+        """Take the next writer generation of ``query_id``, fencing off every earlier one."""
+        return int(self.client.hincrby(self.keys.fence(query_id), "generation", 1))
 
-        ``decisions`` and ``metrics`` are iterables of dicts (the batch's rows).
-        Throttle state is relative to the decision's event time: a principal
-        throttled at ``t`` for ``d`` ms is throttled until ``t + d``; the key
-        lives for what is left of that from ``now_ms`` (the wall clock).
-        """
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        writes: list = []
-        until: dict[str, int] = {}
-        for d in decisions:
-            if d["verdict"] == "THROTTLE":
-                end = int(d["timestamp"]) + int(d["throttle_time_ms"])
-                until[d["principal"]] = max(until.get(d["principal"], 0), end)
-        for principal, end in until.items():
-            ttl = end - now_ms
-            if ttl > 0:
-                writes.append(["until", self.keys.throttled_until(principal), end, ttl])
-        for m in metrics:
-            fields = {f: repr(m[f]) for f in METRIC_FIELDS if m.get(f) is not None}
-            fields["batch_id"] = str(batch_id)
-            writes.append(["hash", self.keys.metrics(m["principal"]), fields])
-            writes.append(["index", self.keys.metrics_index, m["principal"]])
-        result = self._apply(keys=[self.keys.fence(query_id)], args=[batch_id, json.dumps(writes)])
-        return int(result) == -2
+    def call_keys(self, query_id: str, states: Sequence[UserState]) -> list[str]:
+        """KEYS of one script call: the fence, each user's hash, the index."""
+        users = [self.keys.user_state(s.principal) for s in states]
+        return [self.keys.fence(query_id), *users, self.keys.state_index]
 
-    def last_applied(self, query_id: str) -> int | None:
-        value = self.client.get(self.keys.fence(query_id))
-        return None if value is None else int(value)
+    def write(
+        self, query_id: str, generation: int, batch_id: int, states: Sequence[UserState]
+    ) -> WriteResult:
+        """Replace each user's hash with ``states``, fenced; at most
+        :data:`MAX_USERS_PER_CALL` users per script call, the calls pipelined.
+        Returns the first refusal, or the last call's OK."""
+        chunks = [states[i : i + MAX_USERS_PER_CALL] for i in range(0, len(states), MAX_USERS_PER_CALL)]
+        with self.client.pipeline(transaction=False) as pipe:
+            for chunk in chunks or [[]]:
+                args = [generation, batch_id]
+                for s in chunk:
+                    args += [s.principal, json.dumps([x for kv in s.fields().items() for x in kv])]
+                self._write(keys=self.call_keys(query_id, chunk), args=args, client=pipe)
+            results = [WriteResult(r[0].decode(), int(r[1]), int(r[2])) for r in pipe.execute()]
+        return next((r for r in results if not r.applied), results[-1])
+
+    def fence_state(self, query_id: str) -> tuple[int, int | None]:
+        """``(generation, last batch applied)`` of ``query_id``: ``(0, None)`` if never written."""
+        generation, batch = self.client.hmget(self.keys.fence(query_id), "generation", "batch")
+        return int(generation or 0), None if batch is None else int(batch)
+
+
+def event_time(ms: int) -> str:
+    """``2026-01-02T03:04:05.678Z``."""
+    text = datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
 class Status:
+    """A user's published state. Times are the user's event time (ms since the epoch):
+    ``now_ms`` is the newest event time the enforcer has seen from that user, and
+    ``throttled_for_ms = throttled_until_ms - now_ms`` when throttled."""
+
     principal: str
     throttled: bool
     throttled_for_ms: int
     throttled_until_ms: int | None
+    now_ms: int | None
     metrics: dict
+
+    def line(self) -> str:
+        """One line for ``pidquota status``."""
+        if self.now_ms is None:
+            return f"{self.principal}: no state published"
+        latest = f"its latest event {event_time(self.now_ms)}"
+        if not self.throttled:
+            return f"{self.principal}: not throttled ({latest})"
+        return (
+            f"{self.principal}: THROTTLED for {self.throttled_for_ms} ms of event time "
+            f"(until {event_time(self.throttled_until_ms)}; {latest})"
+        )
 
 
 class StatusClient:
-    """What a broker plug-in or proxy calls: is this user throttled now, and for how long?"""
+    """What a broker plug-in or proxy calls: is this user throttled, and for how long?
+
+    One HGETALL of ``{P}:users:<name>``. The answer is in the user's event
+    time, exactly what the enforcer's latest metrics row for that user says.
+    Example: hash ``now_ms=T, throttled_until_ms=T+36000, quota=100,
+    tokens=0`` -> THROTTLED for 36000 ms; a hash without
+    ``throttled_until_ms`` -> not throttled.
+    """
 
     def __init__(self, client, prefix: str = "pidquota") -> None:
         self.client = client
         self.keys = Keys(prefix)
 
     def status(self, principal: str) -> Status:
-        with self.client.pipeline(transaction=False) as p:
-            p.get(self.keys.throttled_until(principal))
-            p.pttl(self.keys.throttled_until(principal))
-            p.hgetall(self.keys.metrics(principal))
-            until, ttl, raw = p.execute()
+        raw = self.client.hgetall(self.keys.user_state(principal))
         metrics = {k.decode(): _number(v.decode()) for k, v in raw.items()}
-        throttled = until is not None and ttl > 0
+        now, until = metrics.pop("now_ms", None), metrics.pop("throttled_until_ms", None)
+        throttled = now is not None and until is not None and until > now
         return Status(
-            principal, throttled, max(0, ttl) if throttled else 0, int(until) if until else None, metrics
+            principal, throttled, until - now if throttled else 0, until if throttled else None, now, metrics
         )
 
     def principals(self) -> list[str]:
-        return sorted(m.decode() for m in self.client.smembers(self.keys.metrics_index))
+        return sorted(m.decode() for m in self.client.smembers(self.keys.state_index))
 
 
 def _number(text: str):

@@ -1,16 +1,33 @@
 """The Redis key layout, mirroring Kafka's ``/config/users/<user>``.
 
+Every key starts with the hash tag ``{PREFIX}``, so all of pidquota's keys
+live in one Redis Cluster slot, and every Lua script and MULTI/WATCH
+transaction (which may only touch one slot) is valid on a cluster too:
+
+==================================== ===================================================
+``{P}:config:users:<name>``          hash: one entity's configs (``producer_ids_rate``)
+``{P}:config:users``                 set: sanitised names of entities with configs
+``{P}:config:version``               counter: bumped by every ``configs --alter``
+``{P}:config:generation``            random token: set by the first ``--alter`` on an
+                                     empty store; gone means the store was emptied
+``{P}:users:<name>``                 hash: one user's published throttle state
+``{P}:users``                        set: principals with published state
+``{P}:fence:<query id>``             hash: ``generation`` and ``batch`` of the writer
+==================================== ===================================================
+
 Entity names are sanitised the way Kafka's ``Sanitizer`` does for ZooKeeper
 paths: every byte outside ``[A-Za-z0-9._~-]`` is percent-encoded, so no
 principal, whatever characters it holds (``:``, ``*``, ``{``, spaces,
-newlines, ``<default>`` itself), can collide with or reach into another key.
-The default entity is the literal ``<default>``, which no sanitised name can be.
+newlines, ``<default>`` itself), can collide with or reach into another key,
+or open a hash tag of its own. The default entity is the literal
+``<default>``, which no sanitised name can be.
 """
 
 from __future__ import annotations
 
 from urllib.parse import quote, unquote
 
+from conf.errors import ConfigError
 from quota.resolver import DEFAULT_ENTITY
 
 DEFAULT_PREFIX = "pidquota"
@@ -27,35 +44,45 @@ def desanitize(name: str) -> str:
 
 
 class Keys:
+    """Key names under one prefix, all in the Redis Cluster slot of ``{prefix}``."""
+
     def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
-        if not prefix or any(c.isspace() for c in prefix):
-            raise ValueError(f"Redis key prefix must be non-empty without spaces, got {prefix!r}")
+        if not prefix or any(c.isspace() or c in "{}" for c in prefix):
+            raise ConfigError(
+                f"pidquota.redis.prefix must be non-empty without spaces, '{{' or '}}', got {prefix!r}; "
+                "pidquota adds the braces of the hash tag itself"
+            )
         self.prefix = prefix
+        self.tag = "{" + prefix + "}"
 
     def user_config(self, entity: str) -> str:
-        """Hash of one entity's configs: ``PREFIX:config:users:<sanitised>``."""
-        return f"{self.prefix}:config:users:{sanitize(entity)}"
+        """Hash of one entity's configs: ``{PREFIX}:config:users:<sanitised>``."""
+        return f"{self.users_index}:{sanitize(entity)}"
 
     @property
     def users_index(self) -> str:
         """Set of sanitised entity names that have configs."""
-        return f"{self.prefix}:config:users"
+        return f"{self.tag}:config:users"
 
     @property
     def config_version(self) -> str:
         """Bumped on every change, so readers reload only when something changed."""
-        return f"{self.prefix}:config:version"
-
-    def throttled_until(self, principal: str) -> str:
-        return f"{self.prefix}:throttle:users:{sanitize(principal)}"
-
-    def metrics(self, principal: str) -> str:
-        return f"{self.prefix}:metrics:users:{sanitize(principal)}"
+        return f"{self.tag}:config:version"
 
     @property
-    def metrics_index(self) -> str:
-        return f"{self.prefix}:metrics:users"
+    def config_generation(self) -> str:
+        """Set once per store lifetime: if it vanishes, the store was emptied, not edited."""
+        return f"{self.tag}:config:generation"
+
+    def user_state(self, principal: str) -> str:
+        """Hash of one user's published throttle state and metrics."""
+        return f"{self.state_index}:{sanitize(principal)}"
+
+    @property
+    def state_index(self) -> str:
+        """Set of principals (as they are, not sanitised) with published state."""
+        return f"{self.tag}:users"
 
     def fence(self, query_id: str) -> str:
-        """The last batch id applied for a query (KIP-447-style fencing)."""
-        return f"{self.prefix}:fence:{sanitize(query_id)}"
+        """The writer generation and last batch of a query (KIP-447-style fencing)."""
+        return f"{self.tag}:fence:{sanitize(query_id)}"

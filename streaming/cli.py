@@ -144,6 +144,7 @@ def quota_source(config):
     url = config["pidquota.redis.url"]
     if not url:
         return StaticQuotas.from_file(config.quotas_path()), None
+    from quota import QuotaSettings
     from store.client import auth_kwargs, connect_config
     from store.decisions import DecisionStore
     from store.quotas import RedisQuotas, RedisQuotaStore
@@ -152,18 +153,11 @@ def quota_source(config):
     client = connect_config(config)  # at start-up: a Redis that is not there is an error now
     prefix = config["pidquota.redis.prefix"]
     store = RedisQuotaStore(client, prefix)
-    quotas = RedisQuotas(
-        url,
-        auth_kwargs(config),
-        prefix,
-        store.snapshot(),
-        store.version(),
-        config["pidquota.quota.refresh.ms"],
-    )
-    publish = (
-        RedisPublisher(DecisionStore(client, prefix)) if config["pidquota.redis.publish.decisions"] else None
-    )
-    return quotas, publish
+    quotas = RedisQuotas.load(store, url, auth_kwargs(config), config["pidquota.quota.refresh.ms"])
+    if not config["pidquota.redis.publish.decisions"]:
+        return quotas, None
+    window_ms = QuotaSettings.from_config(config).window_ms
+    return quotas, RedisPublisher(DecisionStore(client, prefix), quotas, window_ms)
 
 
 def kafka_outputs(config, input_url: str | None) -> dict | None:

@@ -128,12 +128,39 @@ def test_configs_argument_errors(redis_server, capsys, monkeypatch):
     assert code == 2 and "cannot reach Redis at redis://***@127.0.0.1:1/0" in err and "pw" not in err
 
 
+def test_status_command_answers_in_event_time(redis_client, redis_server, capsys):
+    from store.decisions import DecisionStore
+    from store.state import UserState
+
+    store = DecisionStore(redis_client)
+    t = 1_600_000_000_000
+    states = [
+        UserState("User:t", t, 3, 3_600_000, 100.0, 0.0, 1.23456, 36000.4, 100, 1),
+        UserState("User:u", t, 3, 1),
+    ]
+    store.write("q", store.begin("q"), 3, states)
+    code, out, _ = cli(capsys, "status", "--redis", redis_server)
+    assert code == 0 and out.splitlines() == [
+        "User:t: THROTTLED for 36000 ms of event time (until 2020-09-13T12:27:16.000Z; "
+        "its latest event 2020-09-13T12:26:40.000Z)",
+        "  admitted_total=100, batch_id=3, quota=100, rate=1.235, throttle_time_ms=36000, "
+        "throttled_total=1, tokens=0",
+        "User:u: not throttled (its latest event 2020-09-13T12:26:40.000Z)",
+        "  batch_id=3",
+    ]
+    assert cli(capsys, "status", "--redis", redis_server, "User:v")[1].splitlines() == [
+        "User:v: no state published",
+        "  no metrics published for this user",
+    ]
+
+
 def test_live_quota_change_applies_within_a_trigger_and_status_answers(
     spark, tmp_path, redis_server, redis_client
 ):
     from tests_helpers import read_output
 
     from conf.loader import load
+    from quota import QuotaSettings
     from store.decisions import DecisionStore, StatusClient
     from store.quotas import RedisQuotas, RedisQuotaStore
     from store.sink import RedisPublisher
@@ -142,11 +169,13 @@ def test_live_quota_change_applies_within_a_trigger_and_status_answers(
 
     store = RedisQuotaStore(redis_client)
     store.alter("User:live", {"producer_ids_rate": 2})
-    quotas = RedisQuotas(redis_server, {}, "pidquota", store.snapshot(), store.version(), refresh_ms=50)
+    quotas = RedisQuotas.load(store, redis_server, {}, refresh_ms=50)
     config = load(environ={}, overrides={"pidquota.spark.shuffle.partitions": "2"})
     inp, out = tmp_path / "in", tmp_path / "out"
     inp.mkdir()
-    publisher = RedisPublisher(DecisionStore(redis_client), str(out / "_ck"))
+    publisher = RedisPublisher(
+        DecisionStore(redis_client), quotas, QuotaSettings.from_config(config).window_ms, str(out / "_ck")
+    )
     sink = JsonlSink(out, publish=publisher)
     query = q.start(
         q.enforcer(q.file_source(spark, str(inp), 0), config, quotas), sink, str(out / "_ck"), False, 200
