@@ -67,6 +67,70 @@ def unfold(pdf: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ts, pids, epochs
 
 
+def _on_timeout(state, settings: QuotaSettings) -> None:
+    """An idle principal's timer fired: evict its state, or look again later."""
+    watermark = state.getCurrentWatermarkMs()
+    quota = PrincipalQuota.from_bytes(state.get[0], settings)
+    if quota.is_evictable(max(watermark, quota.now_ms)):
+        state.remove()
+    else:  # late events moved it on
+        state.setTimeoutTimestamp(max(quota.evict_at_ms(), watermark + 1))
+
+
+def _untracked_metrics(principal: str, rate, ts: np.ndarray, ignored: int, stale: bool) -> list:
+    """The metrics row of a principal with no state: unlimited, or only PID < 0 so far."""
+    n = len(ts)
+    return _row(
+        kind=KIND_METRIC,
+        principal=principal,
+        timestamp=int(ts.max()),
+        quota=rate,
+        events=n,
+        admitted=0,
+        throttled=0,
+        passed=n - ignored,
+        ignored=ignored,
+        quota_stale=stale,
+    )
+
+
+def _judged_rows(principal: str, quota: PrincipalQuota, decisions: list, n: int, ignored: int, stale: bool):
+    """One decision row per verdict, then the principal's metrics row."""
+    m = quota.metrics()
+    rows = [
+        _row(
+            kind=KIND_DECISION,
+            principal=principal,
+            producer_id=d.producer_id,
+            producer_epoch=d.producer_epoch,
+            timestamp=d.timestamp,
+            verdict=d.verdict,
+            throttle_time_ms=d.throttle_time_ms,
+            tokens=d.tokens,
+            quota=m["quota"],
+        )
+        for d in decisions
+    ]
+    admitted = sum(1 for d in decisions if d.verdict == ADMIT)
+    throttled = len(decisions) - admitted
+    m["throttle_time_ms"] = round(m["throttle_time_ms"])
+    rows.append(
+        _row(
+            kind=KIND_METRIC,
+            principal=principal,
+            timestamp=quota.now_ms,
+            events=n,
+            admitted=admitted,
+            throttled=throttled,
+            passed=n - ignored - admitted - throttled,
+            ignored=ignored,
+            quota_stale=stale,
+            **m,
+        )
+    )
+    return rows
+
+
 def make_state_function(
     quotas: QuotaSource, settings: QuotaSettings
 ) -> Callable[[tuple, Iterator[pd.DataFrame], object], Iterator[pd.DataFrame]]:
@@ -78,40 +142,17 @@ def make_state_function(
         if principal == DEAD_PRINCIPAL:
             yield from _dead_letters(pdfs)
             return
-        watermark = state.getCurrentWatermarkMs()
         if state.hasTimedOut:
-            quota = PrincipalQuota.from_bytes(state.get[0], settings)
-            if quota.is_evictable(max(watermark, quota.now_ms)):
-                state.remove()
-            else:  # late events moved it on; look again later
-                state.setTimeoutTimestamp(max(quota.evict_at_ms(), watermark + 1))
+            _on_timeout(state, settings)
             return
-        pdf = pd.concat(list(pdfs), ignore_index=True)
-        ts, pids, epochs = unfold(pdf)
-        n = len(ts)
+        ts, pids, epochs = unfold(pd.concat(list(pdfs), ignore_index=True))
         ignored = int((pids < 0).sum())
         rate = resolve(quotas.snapshot(), principal)
-        stale = bool(getattr(quotas, "stale", False))  # Redis down: last known quotas in force
-        if rate is None or (ignored == n and not state.exists):
-            # unlimited, or only non-idempotent clients so far: no state, nothing to decide
-            if state.exists:
+        stale = bool(quotas.stale)  # Redis unreachable or emptied: last known quotas in force
+        if rate is None or (ignored == len(ts) and not state.exists):
+            if state.exists:  # became unlimited: no state, nothing to decide
                 state.remove()
-            yield _frame(
-                [
-                    _row(
-                        kind=KIND_METRIC,
-                        principal=principal,
-                        timestamp=int(ts.max()),
-                        quota=rate,
-                        events=n,
-                        admitted=0,
-                        throttled=0,
-                        passed=n - ignored,
-                        ignored=ignored,
-                        quota_stale=stale,
-                    )
-                ]
-            )
+            yield _frame([_untracked_metrics(principal, rate, ts, ignored, stale)])
             return
         if state.exists:
             quota = PrincipalQuota.from_bytes(state.get[0], settings)
@@ -120,40 +161,7 @@ def make_state_function(
             quota = PrincipalQuota(rate, settings, int(ts.min()))
         decisions = quota.observe_batch(ts, pids, epochs)
         state.update((quota.to_bytes(),))
-        state.setTimeoutTimestamp(max(quota.evict_at_ms(), watermark + 1))
-
-        m = quota.metrics()
-        rows = [
-            _row(
-                kind=KIND_DECISION,
-                principal=principal,
-                producer_id=d.producer_id,
-                producer_epoch=d.producer_epoch,
-                timestamp=d.timestamp,
-                verdict=d.verdict,
-                throttle_time_ms=d.throttle_time_ms,
-                tokens=d.tokens,
-                quota=m["quota"],
-            )
-            for d in decisions
-        ]
-        admitted = sum(1 for d in decisions if d.verdict == ADMIT)
-        throttled = len(decisions) - admitted
-        m["throttle_time_ms"] = round(m["throttle_time_ms"])
-        rows.append(
-            _row(
-                kind=KIND_METRIC,
-                principal=principal,
-                timestamp=quota.now_ms,
-                events=n,
-                admitted=admitted,
-                throttled=throttled,
-                passed=n - ignored - admitted - throttled,
-                ignored=ignored,
-                quota_stale=stale,
-                **m,
-            )
-        )
-        yield _frame(rows)
+        state.setTimeoutTimestamp(max(quota.evict_at_ms(), state.getCurrentWatermarkMs() + 1))
+        yield _frame(_judged_rows(principal, quota, decisions, len(ts), ignored, stale))
 
     return judge

@@ -96,6 +96,7 @@ METRIC_COLUMNS = (
     "state_bytes",
     "layers",
     "quota_stale",
+    "failed_publishes",
 )
 DEAD_LETTER_COLUMNS = ("raw", "reason", "source")
 
@@ -130,6 +131,9 @@ OUTPUT_SCHEMA = StructType(
         StructField("state_bytes", LongType()),
         StructField("layers", IntegerType()),
         StructField("quota_stale", BooleanType()),
+        # Set by the sink on the driver, not the operator: throttle-state publishes
+        # to Redis that failed so far in this run (0 without Redis).
+        StructField("failed_publishes", LongType()),
         StructField("raw", StringType()),
         StructField("reason", StringType()),
         StructField("source", StringType()),

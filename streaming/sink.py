@@ -18,7 +18,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streaming.schema import OUTPUTS
+from store.sink import RedisPublisher
+from streaming.schema import KIND_METRIC, OUTPUTS
 
 _NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype(), pa.string(): pd.StringDtype()}
 
@@ -37,6 +38,17 @@ def write_jsonl(frame: pd.DataFrame, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _frames(table: pa.Table, batch_id: int) -> dict[str, pd.DataFrame]:
+    """The batch's rows per output, with their columns and the batch id."""
+    frames = {}
+    for name, (kind, columns) in OUTPUTS.items():
+        rows = table.filter(pc.equal(table["kind"], kind)).select(list(columns))
+        part = rows.to_pandas(types_mapper=_NULLABLE.get)
+        part.insert(len(columns), "batch_id", batch_id)
+        frames[name] = part
+    return frames
+
+
 class JsonlSink:
     """Writes each micro-batch to ``DIR/{decisions,metrics,dead-letters}/``.
 
@@ -49,7 +61,7 @@ class JsonlSink:
         out_dir: str | Path,
         on_batch: Callable[[int, dict], None] | None = None,
         kafka: dict | None = None,
-        publish: Callable[[int, dict], None] | None = None,
+        publish: RedisPublisher | None = None,
     ):
         self.out_dir = Path(out_dir)
         self.publish = publish  # e.g. fenced per-user throttle state to Redis
@@ -61,12 +73,18 @@ class JsonlSink:
 
     def __call__(self, batch_df, batch_id: int) -> None:
         table = batch_df.toArrow()  # one collect; Arrow keeps int64 ints with nulls intact
-        frames = {}
-        for name, (kind, columns) in OUTPUTS.items():
-            rows = table.filter(pc.equal(table["kind"], kind)).select(list(columns))
-            part = rows.to_pandas(types_mapper=_NULLABLE.get)
-            part.insert(len(columns), "batch_id", batch_id)
-            frames[name] = part
+        frames = _frames(table, batch_id)
+        failed = 0
+        if self.publish is not None:
+            # Before the files, so that the metrics rows can say how many publishes failed.
+            # A replayed batch publishes again; the publisher's fencing makes that harmless.
+            self.publish(batch_id, frames)
+            failed = self.publish.failed_publishes
+        frames["metrics"]["failed_publishes"] = failed
+        is_metric = pc.equal(table["kind"], KIND_METRIC)
+        column = pc.if_else(is_metric, pa.scalar(failed, pa.int64()), pa.scalar(None, pa.int64()))
+        table = table.set_column(table.schema.get_field_index("failed_publishes"), "failed_publishes", column)
+        for name, part in frames.items():
             target = self.out_dir / name / f"part-{batch_id:010d}.jsonl"
             if len(part):
                 write_jsonl(part, target)
@@ -81,8 +99,6 @@ class JsonlSink:
             spark.createDataFrame(with_id).write.format("pidquota-kafka").options(**self.kafka).mode(
                 "append"
             ).save()
-        if self.publish is not None:
-            self.publish(batch_id, frames)
         self.totals.batches += 1
         if self.on_batch is not None:
             self.on_batch(batch_id, frames)
