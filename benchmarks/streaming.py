@@ -56,7 +56,7 @@ def run_query(spark, kind: str, folder: Path, work: Path, config, quotas) -> tup
     from streaming.sink import JsonlSink
 
     out = work / f"out-{kind}-{folder.name}"
-    lines = q.file_source(spark, str(folder), 1)
+    lines = q.file_source(spark, str(folder), 1, str(out / "_ck"))
     frame = q.enforcer(lines, config, quotas) if kind == "enforcer" else q.pass_through(lines, config)
     sink = JsonlSink(out)
     start = time.perf_counter()

@@ -8,8 +8,10 @@ JSON-lines files and exits.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -97,6 +99,13 @@ def run(args: argparse.Namespace) -> int:
     if kafka_input:
         KafkaUrl.parse(kafka_input)  # a malformed URL fails now, before Spark starts
     kafka_out = kafka_outputs(config, kafka_input)
+    resumed = Path(checkpoint, "offsets").is_dir()
+    if not demo and not kafka_input:
+        from streaming.file_source import start_up_notes
+
+        notes, resumed = start_up_notes(args.input, checkpoint)
+        for note in notes:
+            print(f"pidquota: {note}", file=sys.stderr)
 
     from streaming import query as q
     from streaming.demo_source import DemoDataSource
@@ -121,22 +130,30 @@ def run(args: argparse.Namespace) -> int:
         lines = q.kafka_source(spark, KafkaUrl.parse(kafka_input), config)
         sink = JsonlSink(out, kafka=kafka_out, publish=publish)
     else:
-        lines = q.file_source(spark, args.input, config["pidquota.max.events.per.trigger"])
+        lines = q.file_source(spark, args.input, config["pidquota.max.events.per.trigger"], checkpoint)
         sink = JsonlSink(out, kafka=kafka_out, publish=publish)
     if publish is not None:
         publish.checkpoint = checkpoint
     query = q.start(
         q.enforcer(lines, config, quotas), sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"]
     )
-    error = _wait(query, args.duration)
+    with _Signals() as signals:
+        error = _wait(query, args.duration, signals)
     if error is not None:
         raise PidquotaError(f"the streaming query failed: {_first_line(error)}")
     t = sink.totals
+    if t.batches == 0 and not demo:
+        print(
+            f"pidquota: nothing new since the checkpoint ({checkpoint})"
+            if resumed
+            else f"pidquota: read nothing from {args.input}",
+            file=sys.stderr,
+        )
     print(
         f"pidquota: {t.batches} batches; wrote {t.rows['decisions']} decisions, "
         f"{t.rows['metrics']} metric rows, {t.rows['dead-letters']} dead letters under {out}/"
     )
-    return 0
+    return signals.exit_code or 0
 
 
 def quota_source(config):
@@ -186,21 +203,68 @@ def kafka_outputs(config, input_url: str | None) -> dict | None:
     return {"kafka.bootstrap.servers": bootstrap, **security_options(config), **topics}
 
 
-def _wait(query, duration: float | None) -> BaseException | None:
-    """Wait for the end, ``duration`` or Ctrl-C; stop the query; return its error."""
+# Exit codes of `pidquota run` stopped by a signal, as a shell reports them (128 + signal).
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143
+
+
+class _Signals:
+    """Ctrl-C (SIGINT) or SIGTERM while the query runs: finish the batch in flight, then stop.
+
+    PySpark's own SIGINT handler calls into the JVM from inside the signal
+    handler, while the main thread is in the middle of a call to it, and prints
+    about 50 lines of py4j tracebacks. This one only records the signal; the
+    wait loop sees it within a second. A second signal exits at once: the
+    checkpoint is safe at any point, and the next run resumes.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict = {}
+
+    def __enter__(self) -> _Signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum, frame) -> None:
+        code = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
+        if self.signum is not None:
+            print(
+                "pidquota: stopped now; the next run resumes from the checkpoint", file=sys.stderr, flush=True
+            )
+            os._exit(code)
+        self.signum = signum
+        name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+        print(
+            f"pidquota: stopping after the batch in flight ({name}; again to stop now)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    @property
+    def exit_code(self) -> int | None:
+        if self.signum is None:
+            return None
+        return EXIT_SIGINT if self.signum == signal.SIGINT else EXIT_SIGTERM
+
+
+def _wait(query, duration: float | None, signals: _Signals) -> BaseException | None:
+    """Wait for the end, ``duration`` or a signal; stop the query; return its error."""
     from pyspark.errors import StreamingQueryException
 
     deadline = None if duration is None else time.monotonic() + duration
     try:
-        while query.isActive:
+        while query.isActive and signals.signum is None:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 break
             query.awaitTermination(max(0.01, min(left, 1.0)) if left is not None else 1.0)
     except StreamingQueryException as exc:
         return exc
-    except KeyboardInterrupt:
-        print("\npidquota: stopping (Ctrl-C)", file=sys.stderr)
     finally:
         _stop_between_batches(query)
     return query.exception()
@@ -212,6 +276,10 @@ def _stop_between_batches(query, patience_s: float = 15.0) -> None:
     while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
         time.sleep(0.1)
     if query.isActive:
+        # A deliberate stop: Spark's "Failed to cancel job group" warnings say nothing here.
+        from pyspark.sql import SparkSession
+
+        SparkSession.active().sparkContext.setLogLevel("ERROR")
         query.stop()
 
 

@@ -58,7 +58,7 @@ class Enforcer:
 
         n = len(list(self.input.glob("*.jsonl")))
         write_events(self.input / f"{n:03d}-{name}.jsonl", events)
-        return self._run(q.file_source(self.spark, str(self.input), 0))
+        return self._run(q.file_source(self.spark, str(self.input), 0, str(self.out / "_ck")))
 
     def run_lines(self, lines: list, name: str = "lines") -> dict[str, pd.DataFrame]:
         """Write raw records (str or bytes, one per line) as they are, and run on the folder."""
@@ -67,7 +67,7 @@ class Enforcer:
         n = len(list(self.input.glob("*.jsonl")))
         data = [x if isinstance(x, bytes) else x.encode("utf-8") for x in lines]
         (self.input / f"{n:03d}-{name}.jsonl").write_bytes(b"\n".join(data) + b"\n")
-        return self._run(q.file_source(self.spark, str(self.input), 0))
+        return self._run(q.file_source(self.spark, str(self.input), 0, str(self.out / "_ck")))
 
     def run_kafka(self, url: str, kafka_out: dict | None = None) -> dict[str, pd.DataFrame]:
         """Everything available in a Kafka topic, like ``run --input kafka://... --once``."""

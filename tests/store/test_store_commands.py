@@ -178,7 +178,11 @@ def test_live_quota_change_applies_within_a_trigger_and_status_answers(
     )
     sink = JsonlSink(out, publish=publisher)
     query = q.start(
-        q.enforcer(q.file_source(spark, str(inp), 0), config, quotas), sink, str(out / "_ck"), False, 200
+        q.enforcer(q.file_source(spark, str(inp), 0, str(out / "_ck")), config, quotas),
+        sink,
+        str(out / "_ck"),
+        False,
+        200,
     )
     try:
         import time

@@ -185,7 +185,7 @@ def test_stream_writer_sends_a_streaming_query_to_kafka(kafka, spark, tmp_path):
     ]
     (tmp_path / "in" / "e.jsonl").write_text("\n".join(lines) + "\n")
     config = load(environ={}, overrides={"pidquota.spark.shuffle.partitions": "2"})
-    out = q.pass_through(q.file_source(spark, str(tmp_path / "in"), 0), config)
+    out = q.pass_through(q.file_source(spark, str(tmp_path / "in"), 0, str(tmp_path / "ck")), config)
     query = (
         out.writeStream.format("pidquota-kafka")
         .option("kafka.bootstrap.servers", kafka.bootstrap)
