@@ -42,7 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--once", action="store_true", help="process everything available, then exit (needs --input)"
     )
-    run.add_argument("--quotas", metavar="FILE", help="JSON quota file (default: conf/quotas.json)")
+    run.add_argument(
+        "--quotas", metavar="FILE", help="JSON quota file (default: conf/quotas.json; not with --quota-store)"
+    )
     run.add_argument("--config", metavar="FILE", help=".properties file (default: conf/pidquota.properties)")
     run.add_argument(
         "--set", metavar="KEY=VALUE", action="append", default=[], help="override a setting (repeatable)"

@@ -41,9 +41,7 @@ def add_parsers(sub) -> None:
         description="Simulate a Kafka cluster's producers (KIP-730 PID blocks, KIP-360 epochs, rogue "
         "clients) and write their produce-request events as JSON lines.",
     )
-    gen.add_argument(
-        "--duration", default="1h", help=f"event time to generate: {EXAMPLES} (%(default)s)"
-    )
+    gen.add_argument("--duration", default="1h", help=f"event time to generate: {EXAMPLES} (%(default)s)")
     gen.add_argument("--seed", type=int, default=7, help="random seed: same seed, same events (%(default)s)")
     gen.add_argument("--brokers", type=int, default=6, help="brokers in the cluster (%(default)s)")
     gen.add_argument("--mix", default="default", help=f"a named mix ({', '.join(MIXES)}) or a JSON mix file")
