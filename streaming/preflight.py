@@ -145,12 +145,15 @@ def fresh(output: Path, checkpoint: str) -> list[Path]:
             "delete it yourself, then run without --fresh"
         )
     doomed = []
-    if output.exists() or output.is_symlink():
-        _check_output(output, ckpt)
-        doomed.append(output)
-    if not is_inside(ckpt, output) and _has_content(ckpt):
-        _check_checkpoint_folder(ckpt)
-        doomed.append(ckpt)
+    try:
+        if output.exists() or output.is_symlink():
+            _check_output(output, ckpt)
+            doomed.append(output)
+        if not is_inside(ckpt, output) and _has_content(ckpt):
+            _check_checkpoint_folder(ckpt)
+            doomed.append(ckpt)
+    except OSError as exc:
+        raise PidquotaError(f"--fresh cannot look into {exc.filename}: {exc.strerror or exc}") from None
     for path in doomed:
         try:
             shutil.rmtree(path)
@@ -252,7 +255,10 @@ def _mismatch(recorded: Source, current: Source) -> str | None:
 def has_progress(ckpt: Path) -> bool:
     """True when Spark has planned a batch: ``offsets/`` holds a batch file."""
     offsets = ckpt / "offsets"
-    return offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
+    try:
+        return offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
+    except OSError:
+        return False  # unreadable: Spark will say so
 
 
 def recorded_source(ckpt: Path) -> Source | None:
@@ -274,10 +280,10 @@ def read_marker(ckpt: Path) -> Source | None:
 def sniff_offsets(ckpt: Path) -> Source | None:
     """The kind of source that wrote the newest ``offsets/N`` file (its last line), or None."""
     offsets = ckpt / "offsets"
-    batches = [int(p.name) for p in offsets.iterdir() if p.name.isdigit()] if offsets.is_dir() else []
-    if not batches:
-        return None
     try:
+        batches = [int(p.name) for p in offsets.iterdir() if p.name.isdigit()] if offsets.is_dir() else []
+        if not batches:
+            return None
         lines = (offsets / str(max(batches))).read_text(encoding="utf-8").split("\n")
         offset = json.loads(next(x for x in reversed(lines) if x.strip()))
     except (OSError, ValueError, StopIteration):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conf.errors import ConfigError, InputError
+from conf.errors import ConfigError, InputError, PidquotaError
 from streaming import preflight
 from streaming.preflight import MARKER, Source
 
@@ -305,3 +305,18 @@ def test_a_missing_input_fails_before_spark(tmp_path):
         preflight.check_input(Source.of("/no/such"))
     preflight.check_input(Source.of(str(tmp_path)))
     preflight.check_input(Source.of("kafka://b:1/t"))
+
+
+def test_an_unreadable_output_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    out = output(tmp_path / "out")
+    listing = Path.iterdir
+
+    def iterdir(self):
+        if self.name == "decisions":
+            raise PermissionError(13, "Permission denied", str(self))
+        return listing(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    with pytest.raises(PidquotaError, match=r"^--fresh cannot look into .*/decisions: Permission denied$"):
+        preflight.fresh(out, str(out / "_checkpoint"))
+    assert out.is_dir()
