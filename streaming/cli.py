@@ -10,18 +10,21 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import signal
 import sys
 import time
 from pathlib import Path
 
+from conf.durations import EXAMPLES, parse_duration_ms
 from conf.errors import PidquotaError
 from conf.loader import load, parse_overrides
 from quota import StaticQuotas
 from store import commands as store_commands
 from store.kafka import KafkaUrl, security_options
+from streaming import preflight
 from traffic import commands as traffic_commands
+
+DEMO_SPEED = 60.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,16 +41,31 @@ def _parser() -> argparse.ArgumentParser:
         help="JSON-lines file or folder, or kafka://HOST:PORT/TOPIC (default: demo)",
     )
     run.add_argument("--output", metavar="DIR", default="pidquota-out", help="output folder (%(default)s)")
-    run.add_argument("--once", action="store_true", help="process everything available, then exit")
-    run.add_argument("--quotas", metavar="FILE", help="JSON quota file (default: conf/quotas.json)")
+    run.add_argument(
+        "--once", action="store_true", help="process everything available, then exit (needs --input)"
+    )
+    run.add_argument(
+        "--quotas", metavar="FILE", help="JSON quota file (default: conf/quotas.json; not with --quota-store)"
+    )
     run.add_argument("--config", metavar="FILE", help=".properties file (default: conf/pidquota.properties)")
     run.add_argument(
         "--set", metavar="KEY=VALUE", action="append", default=[], help="override a setting (repeatable)"
     )
     run.add_argument("--checkpoint", metavar="DIR", help="checkpoint folder (default: OUTPUT/_checkpoint)")
-    run.add_argument("--duration", metavar="SECONDS", type=float, help="stop after this long")
-    run.add_argument("--speed", type=float, default=60.0, help="demo: event time per wall time (%(default)s)")
-    run.add_argument("--fresh", action="store_true", help="demo: delete OUTPUT first, start from scratch")
+    run.add_argument(
+        "--duration",
+        metavar="DURATION",
+        help=f"stop after this long (wall time; with --once, whichever ends first): {EXAMPLES}",
+    )
+    run.add_argument(
+        "--speed", type=float, help=f"demo only: event time per wall time (default {DEMO_SPEED:g})"
+    )
+    run.add_argument(
+        "--fresh",
+        action="store_true",
+        help="delete OUTPUT (and a --checkpoint outside it) first and start from scratch; "
+        "refused unless it looks like pidquota output",
+    )
     run.add_argument(
         "--starting-offsets",
         metavar="WHERE",
@@ -71,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    demo = args.input is None
+    kafka_input = args.input if args.input and args.input.startswith("kafka://") else None
+    preflight.check_flags(args, kafka_input is not None)
+    duration_s = None if args.duration is None else parse_duration_ms(args.duration) / 1000
+    speed = DEMO_SPEED if args.speed is None else args.speed
     overrides = parse_overrides(args.set)
     if args.quotas:
         overrides["pidquota.quotas.file"] = args.quotas
@@ -85,27 +108,14 @@ def run(args: argparse.Namespace) -> int:
     if args.quota_store:
         overrides["pidquota.redis.url"] = args.quota_store
     config = load(args.config, overrides)
+    preflight.check_quotas_flag(args, config)
     quotas, publish = quota_source(config)
-    demo = args.input is None
-    if demo and args.once:
-        raise PidquotaError("--once needs --input: the demo source never runs out")
-    if args.speed <= 0:
-        raise PidquotaError(f"--speed must be > 0, got {args.speed}")
     out = Path(args.output)
-    if demo and args.fresh and out.exists():
-        shutil.rmtree(out)
     checkpoint = config["pidquota.checkpoint.location"] or str(out / "_checkpoint")
-    kafka_input = args.input if args.input and args.input.startswith("kafka://") else None
     if kafka_input:
         KafkaUrl.parse(kafka_input)  # a malformed URL fails now, before Spark starts
     kafka_out = kafka_outputs(config, kafka_input)
-    resumed = Path(checkpoint, "offsets").is_dir()
-    if not demo and not kafka_input:
-        from streaming.file_source import start_up_notes
-
-        notes, resumed = start_up_notes(args.input, checkpoint)
-        for note in notes:
-            print(f"pidquota: {note}", file=sys.stderr)
+    reads, resumed = _start_up_checks(args, out, checkpoint)
 
     from streaming import query as q
     from streaming.demo_source import DemoDataSource
@@ -115,16 +125,16 @@ def run(args: argparse.Namespace) -> int:
     from streaming.table import UserTable
 
     spark = spark_session(config)
+    preflight.write_marker(checkpoint, reads)  # once Java is there: a failed start leaves no trace
     spark.dataSource.register(KafkaDataSource)
     if demo:
         spark.dataSource.register(DemoDataSource)
-        lines = spark.readStream.format("pidquota-demo").option("speed", args.speed).load()
+        lines = spark.readStream.format("pidquota-demo").option("speed", speed).load()
         table = UserTable()
         sink = JsonlSink(out, on_batch=table.update, kafka=kafka_out, publish=publish)
         source = "Redis" if config["pidquota.redis.url"] else config.quotas_path()
         print(
-            f"pidquota demo: {args.speed:g}x event time, quotas from {source}, "
-            f"output in {out}/ (Ctrl-C to stop)"
+            f"pidquota demo: {speed:g}x event time, quotas from {source}, output in {out}/ (Ctrl-C to stop)"
         )
     elif kafka_input:
         lines = q.kafka_source(spark, KafkaUrl.parse(kafka_input), config)
@@ -138,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         q.enforcer(lines, config, quotas), sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"]
     )
     with _Signals() as signals:
-        error = _wait(query, args.duration, signals)
+        error = _wait(query, duration_s, signals)
     if error is not None:
         raise PidquotaError(f"the streaming query failed: {_first_line(error)}")
     t = sink.totals
@@ -154,6 +164,25 @@ def run(args: argparse.Namespace) -> int:
         f"{t.rows['metrics']} metric rows, {t.rows['dead-letters']} dead letters under {out}/"
     )
     return signals.exit_code or 0
+
+
+def _start_up_checks(args: argparse.Namespace, out: Path, checkpoint: str) -> tuple[preflight.Source, bool]:
+    """The input is there, ``--fresh`` deleted what it should, and the checkpoint is this
+    source's. Returns the source and whether the run resumes a checkpoint. A file input's
+    hidden names and files changed since they were read are named on stderr."""
+    reads = preflight.Source.of(args.input)
+    preflight.check_input(reads)
+    if args.fresh:
+        preflight.fresh(out, checkpoint)
+    preflight.check_checkpoint(checkpoint, reads, out)
+    if reads.kind != "file":
+        return reads, Path(checkpoint, "offsets").is_dir()
+    from streaming.file_source import start_up_notes
+
+    notes, resumed = start_up_notes(args.input, checkpoint)
+    for note in notes:
+        print(f"pidquota: {note}", file=sys.stderr)
+    return reads, resumed
 
 
 def quota_source(config):

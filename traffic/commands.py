@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
 
+from conf.durations import EXAMPLES, parse_duration_ms
 from conf.errors import ConfigError
 from conf.loader import Config, load, parse_overrides
 from traffic.blocks import BlockStore, FileBlockStore, RedisBlockStore
@@ -16,16 +16,6 @@ from traffic.generator import DEFAULT_START_MS, TrafficGenerator
 from traffic.mixes import MIXES
 
 DEFAULT_BLOCKS = "pidquota-blocks.json"
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1000}
-
-
-def parse_duration_ms(text: str) -> int:
-    """``2h``, ``30m``, ``90s``, ``500ms``, ``1d``, or plain seconds."""
-    m = _DURATION.match(text.strip())
-    if not m or float(m.group(1)) <= 0:
-        raise ConfigError(f"--duration {text!r} is not a duration; use e.g. 2h, 30m, 90s or 500ms")
-    return int(float(m.group(1)) * _UNIT_MS[m.group(2)])
 
 
 def settings(args: argparse.Namespace) -> Config:
@@ -51,7 +41,7 @@ def add_parsers(sub) -> None:
         description="Simulate a Kafka cluster's producers (KIP-730 PID blocks, KIP-360 epochs, rogue "
         "clients) and write their produce-request events as JSON lines.",
     )
-    gen.add_argument("--duration", default="1h", help="event time to generate, e.g. 2h, 30m (%(default)s)")
+    gen.add_argument("--duration", default="1h", help=f"event time to generate: {EXAMPLES} (%(default)s)")
     gen.add_argument("--seed", type=int, default=7, help="random seed: same seed, same events (%(default)s)")
     gen.add_argument("--brokers", type=int, default=6, help="brokers in the cluster (%(default)s)")
     gen.add_argument("--mix", default="default", help=f"a named mix ({', '.join(MIXES)}) or a JSON mix file")

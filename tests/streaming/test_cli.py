@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from conf.errors import PidquotaError
 from streaming.cli import _first_line, main
 
 
@@ -88,3 +89,112 @@ def test_run_once_round_trip_through_the_cli(tmp_path):
         sum(d["verdict"] == "ADMIT" for d in decisions) == 61
     )  # quota 60/h from conf/quotas.json, +1 refill
     assert (out / "_checkpoint" / "commits").is_dir()
+
+
+# Start-up checks (issue 9, items 9 and 10): each fails before Spark starts.
+
+DEMO_OFFSETS = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"origin": 1000, "t": 61000}'
+
+
+@pytest.fixture
+def no_spark(monkeypatch):
+    """A run that gets past its start-up checks stops where Spark would start."""
+
+    def refuse(config):
+        raise PidquotaError("Spark would start here")
+
+    monkeypatch.setattr("streaming.session.spark_session", refuse)
+
+
+def demo_output(folder):
+    """What `pidquota run` (the demo) leaves: outputs and a checkpoint with the demo's offsets."""
+    for kind in ("decisions", "metrics", "dead-letters"):
+        (folder / kind).mkdir(parents=True)
+        (folder / kind / "part-0.jsonl").write_text("{}\n")
+    (folder / "_checkpoint" / "offsets").mkdir(parents=True)
+    (folder / "_checkpoint" / "metadata").write_text('{"id":"q"}\n')
+    (folder / "_checkpoint" / "offsets" / "0").write_text(DEMO_OFFSETS)
+    return folder
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("pidquota: error: ")
+    return err.removeprefix("pidquota: error: ")
+
+
+@pytest.mark.parametrize("marker", [False, True])
+def test_the_demo_checkpoint_read_with_a_file_input_is_one_line(
+    tmp_path, monkeypatch, capsys, no_spark, marker
+):
+    monkeypatch.chdir(tmp_path)
+    demo_output(tmp_path / "pidquota-out")
+    if marker:
+        (tmp_path / "pidquota-out" / "_checkpoint" / "pidquota-source.json").write_text(
+            '{"kind": "demo", "input": "demo"}'
+        )
+    (tmp_path / "small.jsonl").write_text("{}\n")
+    assert main(["run", "--input", "small.jsonl", "--once"]) == 2
+    assert one_error_line(capsys) == (
+        "the checkpoint pidquota-out/_checkpoint belongs to the demo source, not file input 'small.jsonl'; "
+        "use another --output (or --checkpoint), or --fresh to delete pidquota-out and start over"
+    )
+    assert main(["run", "--input", "small.jsonl", "--once", "--fresh"]) == 2
+    assert one_error_line(capsys) == "Spark would start here"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["small.jsonl"]
+
+
+def test_fresh_refuses_a_folder_that_is_not_pidquota_output(tmp_path, capsys, no_spark):
+    out = demo_output(tmp_path / "out")
+    (out / "notes.txt").write_text("keep me")
+    (tmp_path / "e.jsonl").write_text("{}\n")
+    assert main(["run", "--input", str(tmp_path / "e.jsonl"), "--output", str(out), "--once", "--fresh"]) == 2
+    assert one_error_line(capsys) == (
+        f"--fresh would delete {out}, which does not look like pidquota output (it has notes.txt); "
+        "delete it yourself or choose another --output"
+    )
+    assert (out / "notes.txt").read_text() == "keep me" and (out / "_checkpoint" / "offsets" / "0").exists()
+
+
+def test_fresh_works_for_the_demo_too(tmp_path, capsys, no_spark):
+    out = demo_output(tmp_path / "out")
+    assert main(["run", "--output", str(out), "--fresh", "--duration", "1m"]) == 2
+    assert one_error_line(capsys) == "Spark would start here"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--input", "IN", "--speed", "10"],
+            "--speed paces the demo only; a file or Kafka input is read as fast",
+        ),
+        (["--speed", "0"], "--speed must be > 0, got 0"),
+        (["--input", "IN", "--starting-offsets", "latest"], "--starting-offsets applies to a Kafka input"),
+        (["--duration", "-5"], "--duration '-5' must be positive"),
+        (["--duration", "0"], "--duration '0' must be positive"),
+        (
+            ["--duration", "soon"],
+            "--duration 'soon' is not a duration; use a positive number with a unit: 90",
+        ),
+        (["--duration", "5w"], "--duration '5w' has an unknown unit 'w'"),
+        (
+            ["--input", "IN", "--quotas", "Q", "--quota-store", "redis://127.0.0.1:1/0"],
+            "--quotas Q cannot apply",
+        ),
+    ],
+)
+def test_a_flag_that_cannot_apply_is_refused_with_a_reason(tmp_path, capsys, no_spark, args, message):
+    (tmp_path / "in.jsonl").write_text("{}\n")
+    args = [str(tmp_path / "in.jsonl") if a == "IN" else a for a in args]
+    assert main(["run", "--output", str(tmp_path / "out"), *args]) == 2
+    assert message in one_error_line(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("duration", ["90", "90s", "2m", "1h", "1.5h", "500ms"])
+def test_run_takes_the_generate_duration_syntax(tmp_path, capsys, no_spark, duration):
+    assert main(["run", "--output", str(tmp_path / "out"), "--duration", duration]) == 2
+    assert one_error_line(capsys) == "Spark would start here"

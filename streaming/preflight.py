@@ -1,0 +1,311 @@
+"""Start-up checks for ``pidquota run`` that need no Spark (pure Python).
+
+``run()`` calls, in order and before Spark starts:
+
+* :func:`check_flags`: a flag that cannot apply to this input is refused with
+  the reason (``--speed`` with a file, ``--starting-offsets`` without Kafka...).
+* :func:`fresh` (``--fresh``): deletes OUTPUT, and a checkpoint outside it,
+  only if they are recognisably pidquota's.
+* :func:`check_checkpoint`: a checkpoint written by another source (the demo's
+  checkpoint read with a file input...) is refused with the fix, instead of
+  failing inside Spark with 70 lines of ``No usable value for logOffset``.
+* :func:`write_marker`: records the source in ``CHECKPOINT/pidquota-source.json``
+  as ``{"kind": "demo"|"file"|"kafka", "input": ...}`` (``input``: ``"demo"``,
+  the file's absolute path, or ``kafka://HOST:PORT/TOPIC`` without credentials).
+
+A checkpoint written before the marker existed is recognised by its newest
+``offsets/`` file: Spark's file source writes ``{"logOffset": N}``, pidquota's
+``{"files": N}``, the demo ``{"origin": ms, "t": ms}`` and the Kafka source
+``{"TOPIC": {"PARTITION": offset}}``. A checkpoint that is not a local path
+(``s3a://``, ``hdfs://``) is not checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from conf.errors import ConfigError, PidquotaError
+
+MARKER = "pidquota-source.json"
+OUTPUT_CHILDREN = frozenset({"decisions", "metrics", "dead-letters", "_checkpoint"})
+CHECKPOINT_EVIDENCE = ("metadata", "offsets", MARKER)
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a query reads. ``input``: ``demo``, an absolute path, ``kafka://HOST:PORT/TOPIC``,
+    or None when only the kind (and Kafka topics) could be told from an old checkpoint."""
+
+    kind: str
+    input: str | None
+    topics: tuple[str, ...] = ()
+    shown: str = field(default="", compare=False)  # as the user wrote it, for messages
+
+    @classmethod
+    def of(cls, given: str | None) -> Source:
+        """The source of ``--input`` (None: the demo)."""
+        if given is None:
+            return cls("demo", "demo", shown="demo")
+        if given.startswith("kafka://"):
+            rest = given[len("kafka://") :]
+            hosts, _, topic = rest.rpartition("@")[2].partition("/")
+            return cls("kafka", f"kafka://{hosts}/{topic}", (topic,), shown=given)
+        return cls("file", str(Path(given).resolve()), shown=given)
+
+    def describe(self) -> str:
+        if self.kind == "demo":
+            return "the demo source"
+        if self.kind == "file":
+            return f"file input {self.shown or self.input!r}" if self.input else "a file input"
+        if self.input:
+            return f"Kafka input {_without_credentials(self.shown or self.input)!r}"
+        return f"Kafka topic {', '.join(map(repr, self.topics))}"
+
+    def bootstrap(self) -> set[str]:
+        hosts = (self.input or "kafka:///").removeprefix("kafka://").partition("/")[0]
+        return {h.strip().lower() for h in hosts.split(",") if h.strip()}
+
+
+def _without_credentials(url: str) -> str:
+    head, at, tail = url.rpartition("@")
+    return f"kafka://{tail}" if at else url
+
+
+def check_flags(args, kafka_input: bool) -> None:
+    """Refuse a flag that cannot apply to this input, saying why."""
+    demo = args.input is None
+    if demo and args.once:
+        raise ConfigError("--once needs --input: the demo source never runs out")
+    if args.speed is not None and not demo:
+        raise ConfigError(
+            "--speed paces the demo only; a file or Kafka input is read as fast as it can (drop --speed)"
+        )
+    if args.speed is not None and not args.speed > 0:
+        raise ConfigError(f"--speed must be > 0, got {args.speed:g}")
+    if args.starting_offsets and not kafka_input:
+        raise ConfigError(
+            "--starting-offsets applies to a Kafka input (kafka://HOST:PORT/TOPIC) only; "
+            f"{'the demo' if demo else 'a file input'} has no offsets to start from (drop it)"
+        )
+
+
+def check_quotas_flag(args, config) -> None:
+    """``--quotas FILE`` cannot apply when the quotas come from Redis."""
+    if args.quotas and config["pidquota.redis.url"]:
+        where = (
+            "--quota-store"
+            if args.quota_store
+            else f"pidquota.redis.url ({config.origins['pidquota.redis.url']})"
+        )
+        raise ConfigError(
+            f"--quotas {args.quotas} cannot apply: the quotas come from Redis ({where}); give one of the two"
+        )
+
+
+def check_input(source: Source) -> None:
+    """A file input that is not there, or not readable, fails now rather than inside Spark."""
+    if source.kind == "file":
+        from streaming.file_source import check_input as check_file
+
+        check_file(source.shown)
+
+
+def local_path(uri: str) -> Path | None:
+    """The local folder of a checkpoint location, or None for a remote one (``s3a://``...)."""
+    if uri.startswith("file:"):
+        return Path(unquote(urlparse(uri).path))
+    if "://" in uri:
+        return None
+    return Path(uri)
+
+
+def is_inside(path: Path, folder: Path) -> bool:
+    p, f = path.resolve(), folder.resolve()
+    return p == f or f in p.parents
+
+
+# --fresh ---------------------------------------------------------------------------------------
+
+
+def fresh(output: Path, checkpoint: str) -> list[Path]:
+    """``--fresh``: delete OUTPUT, and the checkpoint when it lies outside OUTPUT, once both are
+    checked to be pidquota's; a missing folder is fine. Returns what was deleted."""
+    ckpt = local_path(checkpoint)
+    if ckpt is None:
+        raise ConfigError(
+            f"--fresh cannot delete the checkpoint {checkpoint}, which is not a local folder; "
+            "delete it yourself, then run without --fresh"
+        )
+    doomed = []
+    try:
+        if output.exists() or output.is_symlink():
+            _check_output(output, ckpt)
+            doomed.append(output)
+        if not is_inside(ckpt, output) and _has_content(ckpt):
+            _check_checkpoint_folder(ckpt)
+            doomed.append(ckpt)
+    except OSError as exc:
+        raise PidquotaError(f"--fresh cannot look into {exc.filename}: {exc.strerror or exc}") from None
+    for path in doomed:
+        try:
+            shutil.rmtree(path)
+        except OSError as exc:
+            raise PidquotaError(f"--fresh could not delete {path}: {exc.strerror or exc}") from None
+    return doomed
+
+
+def _check_output(output: Path, ckpt: Path) -> None:
+    """Refuse unless OUTPUT holds only pidquota's folders (and hidden temporary files)."""
+    if output.is_symlink() or not output.is_dir():
+        what = "a symbolic link" if output.is_symlink() else "a file"
+        raise _not_output(output, f"it is {what}")
+    own = set(OUTPUT_CHILDREN)
+    if is_inside(ckpt, output) and ckpt.resolve() != output.resolve():
+        own.add(ckpt.resolve().relative_to(output.resolve()).parts[0])  # --checkpoint OUTPUT/elsewhere
+    strays = []
+    for child in sorted(output.iterdir()):
+        if _hidden_file(child):
+            continue
+        if child.name not in own or child.is_symlink() or not child.is_dir():
+            strays.append(_shown(child))
+        elif child.name in OUTPUT_CHILDREN - {"_checkpoint"}:
+            strays += [f"{child.name}/{_shown(c)}" for c in sorted(child.iterdir()) if not _part_file(c)]
+    if strays:
+        listed = ", ".join(strays[:3]) + (f" and {len(strays) - 3} more" if len(strays) > 3 else "")
+        raise _not_output(output, f"it has {listed}")
+
+
+def _not_output(output: Path, why: str) -> ConfigError:
+    return ConfigError(
+        f"--fresh would delete {output}, which does not look like pidquota output ({why}); "
+        "delete it yourself or choose another --output"
+    )
+
+
+def _check_checkpoint_folder(ckpt: Path) -> None:
+    if ckpt.is_symlink() or not ckpt.is_dir() or not any((ckpt / e).exists() for e in CHECKPOINT_EVIDENCE):
+        raise ConfigError(
+            f"--fresh would delete the checkpoint {ckpt}, which does not look like a Spark checkpoint "
+            f"(no metadata, offsets/ or {MARKER}); delete it yourself or choose another --checkpoint"
+        )
+
+
+def _hidden_file(p: Path) -> bool:
+    return p.name.startswith(".") and p.is_file() and not p.is_symlink()
+
+
+def _part_file(p: Path) -> bool:
+    """What the sink writes: ``part-<batch id>.jsonl``, and hidden temporary files."""
+    named = p.name.startswith("part-") and p.name.endswith(".jsonl")
+    return _hidden_file(p) or (named and p.is_file() and not p.is_symlink())
+
+
+def _shown(p: Path) -> str:
+    return p.name + ("/" if p.is_dir() and not p.is_symlink() else "")
+
+
+def _has_content(p: Path) -> bool:
+    if p.is_symlink() or (p.exists() and not p.is_dir()):
+        return True
+    return p.is_dir() and any(p.iterdir())
+
+
+# the source a checkpoint belongs to ------------------------------------------------------------
+
+
+def check_checkpoint(checkpoint: str, source: Source, output: Path) -> None:
+    """Refuse a checkpoint that has progress from another source, naming the fix."""
+    ckpt = local_path(checkpoint)
+    if ckpt is None or not ckpt.is_dir() or not has_progress(ckpt):
+        return
+    recorded = recorded_source(ckpt)
+    hint = None if recorded is None else _mismatch(recorded, source)
+    if hint is None:
+        return
+    if is_inside(ckpt, output):
+        fix = f"use another --output (or --checkpoint), or --fresh to delete {output} and start over"
+    else:
+        fix = f"use another --checkpoint, or --fresh to delete it (and {output}) and start over"
+    raise ConfigError(
+        f"the checkpoint {checkpoint} belongs to {recorded.describe()}, not {source.describe()}; {fix}{hint}"
+    )
+
+
+def _mismatch(recorded: Source, current: Source) -> str | None:
+    """None when ``current`` may resume ``recorded``'s checkpoint; else a hint (maybe empty)."""
+    if recorded.kind != current.kind:
+        return ""
+    if recorded.kind != "kafka":
+        return None  # another file path is fine: Spark tracks files by path
+    if set(recorded.topics) != set(current.topics):
+        return ""
+    if recorded.input and not recorded.bootstrap() & current.bootstrap():
+        return f" (if it is the same cluster under new addresses, edit {MARKER} in the checkpoint)"
+    return None
+
+
+def has_progress(ckpt: Path) -> bool:
+    """True when Spark has planned a batch: ``offsets/`` holds a batch file."""
+    offsets = ckpt / "offsets"
+    try:
+        return offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
+    except OSError:
+        return False  # unreadable: Spark will say so
+
+
+def recorded_source(ckpt: Path) -> Source | None:
+    """The checkpoint's source from its marker or, for an older checkpoint, its newest offsets."""
+    return read_marker(ckpt) or sniff_offsets(ckpt)
+
+
+def read_marker(ckpt: Path) -> Source | None:
+    try:
+        data = json.loads((ckpt / MARKER).read_text(encoding="utf-8"))
+        kind, given = data["kind"], data["input"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if kind not in ("demo", "file", "kafka") or not isinstance(given, str):
+        return None
+    return Source.of(None) if kind == "demo" else Source.of(given) if kind == "kafka" else Source(kind, given)
+
+
+def sniff_offsets(ckpt: Path) -> Source | None:
+    """The kind of source that wrote the newest ``offsets/N`` file (its last line), or None."""
+    offsets = ckpt / "offsets"
+    try:
+        batches = [int(p.name) for p in offsets.iterdir() if p.name.isdigit()] if offsets.is_dir() else []
+        if not batches:
+            return None
+        lines = (offsets / str(max(batches))).read_text(encoding="utf-8").split("\n")
+        offset = json.loads(next(x for x in reversed(lines) if x.strip()))
+    except (OSError, ValueError, StopIteration):
+        return None
+    if not isinstance(offset, dict) or not offset:
+        return None
+    if "logOffset" in offset or set(offset) == {"files"}:
+        return Source("file", None)
+    if set(offset) == {"origin", "t"}:
+        return Source("demo", "demo")
+    if all(isinstance(v, dict) for v in offset.values()):
+        return Source("kafka", None, tuple(sorted(offset)))
+    return None
+
+
+def write_marker(checkpoint: str, source: Source) -> None:
+    """Record the source in ``CHECKPOINT/pidquota-source.json`` (a remote checkpoint: skipped)."""
+    ckpt = local_path(checkpoint)
+    if ckpt is None:
+        return
+    marker = ckpt / MARKER
+    tmp = ckpt / f".{MARKER}.tmp"
+    try:
+        ckpt.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"kind": source.kind, "input": source.input}) + "\n", encoding="utf-8")
+        os.replace(tmp, marker)
+    except OSError as exc:
+        raise PidquotaError(f"cannot write {marker}: {exc.strerror or exc}") from None
