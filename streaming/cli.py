@@ -18,7 +18,7 @@ from pathlib import Path
 from conf.durations import EXAMPLES, parse_duration_ms
 from conf.errors import PidquotaError
 from conf.loader import load, parse_overrides
-from quota import StaticQuotas
+from quota import QuotaSettings, StaticQuotas
 from store import commands as store_commands
 from store.kafka import KafkaUrl, security_options
 from streaming import preflight
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     if demo:
         spark.dataSource.register(DemoDataSource)
         lines = spark.readStream.format("pidquota-demo").option("speed", speed).load()
-        table = UserTable()
+        table = UserTable(QuotaSettings.from_config(config).window_ms)
         sink = JsonlSink(out, on_batch=table.update, kafka=kafka_out, publish=publish)
         source = "Redis" if config["pidquota.redis.url"] else config.quotas_path()
         print(

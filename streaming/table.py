@@ -7,8 +7,11 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from store.state import UserState
+
 _HEADER = (
     f"{'user':<20} {'quota/W':>8} {'rate/W':>8} {'tokens':>8} {'admitted':>9} {'throttled':>9} {'state':>9}"
+    f"  {'now':<16}"
 )
 
 
@@ -17,9 +20,15 @@ def _num(x, fmt="{:.1f}") -> str:
 
 
 class UserTable:
-    """Keeps the latest metrics row per user; prints at most every ``every_s``."""
+    """Keeps the latest metrics row per user; prints at most every ``every_s``.
 
-    def __init__(self, every_s: float = 3.0, out: Callable[[str], None] = print):
+    The ``now`` column is what ``pidquota status`` answers for the user, in the
+    user's event time, computed the same way (:class:`store.state.UserState`):
+    ``THROTTLED 36.0s`` while a new PID would wait, else ``ok``.
+    """
+
+    def __init__(self, window_ms: int, every_s: float = 3.0, out: Callable[[str], None] = print):
+        self.window_ms = window_ms
         self.latest: dict[str, dict] = {}
         self.every_s = every_s
         self.out = out
@@ -31,6 +40,12 @@ class UserTable:
         if self.latest and time.monotonic() - self._printed >= self.every_s:
             self._printed = time.monotonic()
             self.out(self.render(batch_id))
+
+    def _now(self, row: dict) -> str:
+        state = UserState.from_metrics(row, int(row.get("batch_id") or 0), self.window_ms)
+        if state is None or not state.throttled:
+            return "ok"
+        return f"THROTTLED {state.wait_ms / 1000:.1f}s"
 
     def render(self, batch_id: int) -> str:
         rows = sorted(self.latest.values(), key=lambda r: (-(r.get("throttled_total") or 0), r["principal"]))
@@ -44,5 +59,6 @@ class UserTable:
                 f"{_num(r.get('tokens')):>8} {_num(r.get('admitted_total'), '{:.0f}'):>9} "
                 f"{_num(r.get('throttled_total'), '{:.0f}'):>9} "
                 f"{('-' if state is None or pd.isna(state) else f'{int(state):,} B'):>9}"
+                f"  {self._now(r):<16}"
             )
         return "\n".join(lines)
