@@ -1,0 +1,78 @@
+"""pidquota's file source without Spark: listing order, skipped names, the ledger, line splitting."""
+
+import os
+
+import pytest
+
+from streaming import file_source as fs
+
+
+def _touch(path, text="x\n", mtime_ns=1_700_000_000_000_000_000):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+def test_files_with_equal_mtimes_are_taken_by_path_and_older_files_first(tmp_path):
+    for name in ["b.jsonl", "a.jsonl", "sub/c.jsonl", "c.jsonl"]:
+        _touch(tmp_path / name)
+    _touch(tmp_path / "z-old.jsonl", mtime_ns=1)
+    listing = fs.scan(tmp_path)
+    names = [os.path.relpath(f.path, tmp_path) for f in listing.files]
+    assert names == ["z-old.jsonl", "a.jsonl", "b.jsonl", "c.jsonl", "sub/c.jsonl"]
+    assert fs.scan(tmp_path).files == listing.files  # the same every time
+
+
+def test_hidden_names_are_skipped_in_a_folder_and_named_but_read_when_named(tmp_path):
+    for name in ["ok.jsonl", "_SUCCESS", ".part.tmp", "_staging/x.jsonl", ".git/y"]:
+        _touch(tmp_path / name)
+    listing = fs.scan(tmp_path)
+    assert [os.path.basename(f.path) for f in listing.files] == ["ok.jsonl"]
+    assert sorted(os.path.basename(s.rstrip(os.sep)) for s in listing.skipped) == [
+        ".git",
+        ".part.tmp",
+        "_SUCCESS",
+        "_staging",
+    ]
+    assert len(fs.scan(tmp_path / "_SUCCESS").files) == 1
+
+
+def test_start_up_notes_name_skipped_and_changed_files_and_an_empty_folder(tmp_path):
+    folder, ck = tmp_path / "in", tmp_path / "ck"
+    _touch(folder / "a.jsonl")
+    _touch(folder / "_b.jsonl")
+    reader = fs.FileStreamReader({"path": str(folder), "ledger": str(ck / fs.LEDGER)})
+    assert reader.latestOffset({"files": 0}, None) == {"files": 1}
+    _touch(folder / "a.jsonl", text="x\ny\n")  # rewritten after it was read
+    notes, resumed = fs.start_up_notes(folder, ck)
+    assert resumed and len(notes) == 2
+    assert "_b.jsonl" in notes[0] and "a.jsonl" in notes[1] and "not read again" in notes[1]
+    (tmp_path / "empty").mkdir()
+    notes, resumed = fs.start_up_notes(tmp_path / "empty", tmp_path / "ck2")
+    assert notes == [f"warning: {tmp_path / 'empty'} has no files to read"] and not resumed
+    with pytest.raises(fs.InputError, match="does not exist"):
+        fs.start_up_notes(tmp_path / "missing", ck)
+
+
+def test_offsets_are_ledger_positions_and_survive_a_restart_and_a_torn_line(tmp_path):
+    folder, ledger = tmp_path / "in", tmp_path / "ck" / fs.LEDGER
+    for i in range(5):
+        _touch(folder / f"{i}.jsonl")
+    reader = fs.FileStreamReader({"path": str(folder), "ledger": str(ledger), "maxFilesPerTrigger": "2"})
+    end = reader.latestOffset({"files": 0}, reader.getDefaultReadLimit())
+    assert end == {"files": 2}
+    first = [p.path for p in reader.partitions({"files": 0}, end)]
+    with ledger.open("a") as f:
+        f.write('{"path": "/torn')  # a crash mid-append
+    again = fs.FileStreamReader({"path": str(folder), "ledger": str(ledger), "maxFilesPerTrigger": "2"})
+    assert [p.path for p in again.partitions({"files": 0}, end)] == first
+    assert again.latestOffset(end, again.getDefaultReadLimit()) == {"files": 4}
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 1 << 20])
+def test_lines_split_like_a_text_reader_at_any_chunk_size(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr(fs, "_CHUNK", chunk)
+    data = b'{"a":1}\r\n\n\xff\xfe junk\n{"b":2}\nlast'
+    (tmp_path / "f").write_bytes(data)
+    got = [v for arr in fs.read_lines(str(tmp_path / "f")) for v in arr.to_pylist()]
+    assert got == [b'{"a":1}', b"", b"\xff\xfe junk", b'{"b":2}', b"last"]
