@@ -12,6 +12,9 @@ from conf.errors import ConfigError, InputError
 
 DEFAULT_ENTITY = "<default>"
 QUOTA_KEY = "producer_ids_rate"
+# The smallest quota: one new PID per million windows. Below it a throttle time
+# (1 / R windows) no longer fits the int64 milliseconds Spark carries it in.
+MIN_RATE = 1e-6
 
 
 class QuotaSource(Protocol):
@@ -48,6 +51,11 @@ def validate_rate(entity: str, value: object) -> float:
         raise ConfigError(
             f"{QUOTA_KEY} for {entity!r} must be a positive number, got {value!r}; "
             "remove the entry to leave the user unlimited"
+        )
+    if rate < MIN_RATE:
+        raise ConfigError(
+            f"{QUOTA_KEY} for {entity!r} is {value!r}, below the smallest quota {MIN_RATE:g} "
+            f"(one new PID per {1 / MIN_RATE:,.0f} windows); use at least {MIN_RATE:g}"
         )
     return int(rate) if rate.is_integer() else rate
 

@@ -34,7 +34,7 @@ local gen, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local fence = redis.call('HMGET', KEYS[1], 'generation', 'batch')
 local g, b = tonumber(fence[1]) or 0, tonumber(fence[2]) or -1
 if gen < g then return {'FENCED', g, b} end
-if batch < b then return {'STALE', g, b} end
+if gen == g and batch < b then return {'STALE', g, b} end
 redis.call('HSET', KEYS[1], 'generation', gen, 'batch', batch)
 local index = KEYS[#KEYS]
 for i = 1, #KEYS - 2 do
@@ -70,11 +70,14 @@ class DecisionStore:
     (the fence's ``generation`` + 1, like a producer epoch bumped by
     ``InitProducerId``). A write carries (generation, batch id) and applies
     only if ``generation >= fence.generation`` (else FENCED: a zombie from
-    an older run) and ``batch >= fence.batch`` (else STALE; equal is allowed,
-    so a batch split over several calls, or replayed after a crash by the
-    next run, is applied in full: its data is deterministic). Example: run A
-    begins (generation 1), run B begins (generation 2); A's batch 100 is
-    FENCED although 100 is higher, B's batch 5 is applied (fence: 2, 5).
+    an older run). Within one generation batch ids only go forward
+    (``batch >= fence.batch``, else STALE; equal is allowed, so a batch split
+    over several calls is applied in full). A newer generation starts the
+    order afresh, as a bumped producer epoch resets sequence numbers: a run
+    restarted from a restored or trimmed checkpoint publishes its batches
+    even though an older run got further. Example: run A begins (generation
+    1), run B begins (generation 2); A's batch 100 is FENCED although 100 is
+    higher, B's batch 5 is applied (fence: 2, 5).
     """
 
     def __init__(self, client, prefix: str = "pidquota") -> None:
@@ -83,8 +86,14 @@ class DecisionStore:
         self._write = client.register_script(_WRITE_LUA)
 
     def begin(self, query_id: str) -> int:
-        """Take the next writer generation of ``query_id``, fencing off every earlier one."""
-        return int(self.client.hincrby(self.keys.fence(query_id), "generation", 1))
+        """Take the next writer generation of ``query_id``, fencing off every earlier one; its
+        batch order starts afresh (a MULTI on one key, so no writer sees half of it)."""
+        key = self.keys.fence(query_id)
+        with self.client.pipeline(transaction=True) as p:
+            p.hincrby(key, "generation", 1)
+            p.hdel(key, "batch")
+            generation, _ = p.execute()
+        return int(generation)
 
     def call_keys(self, query_id: str, states: Sequence[UserState]) -> list[str]:
         """KEYS of one script call: the fence, each user's hash, the index."""

@@ -86,3 +86,8 @@ class Keys:
     def fence(self, query_id: str) -> str:
         """The writer generation and last batch of a query (KIP-447-style fencing)."""
         return f"{self.tag}:fence:{sanitize(query_id)}"
+
+    @property
+    def pid_blocks(self) -> str:
+        """Prefix of the traffic generator's KIP-730 block store (``traffic/blocks.py``)."""
+        return f"{self.tag}:pid-blocks"

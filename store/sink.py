@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
 from conf.errors import PidquotaError
+from conf.paths import local_path
 from quota.resolver import QuotaSource, resolve
 from store.decisions import FENCED, DecisionStore, WriteResult
 from store.state import UserState
@@ -57,7 +57,13 @@ class RedisPublisher:
     @property
     def query_id(self) -> str:
         if self._query_id is None:
-            meta = Path(self.checkpoint or "") / "metadata"
+            folder = local_path(self.checkpoint or "")
+            if folder is None:
+                raise PidquotaError(
+                    f"publishing throttle state to Redis needs a local (or mounted) checkpoint folder to read "
+                    f"the query id from; {self.checkpoint!r} is not. Use a path or a file:// URI"
+                )
+            meta = folder / "metadata"
             try:
                 self._query_id = json.loads(meta.read_text().splitlines()[0])["id"]
             except (OSError, ValueError, IndexError, KeyError) as exc:
@@ -73,10 +79,9 @@ class RedisPublisher:
         states = self._batch_states(batch_id, frames.get("metrics"))
         states.update(self._requoted(batch_id, states))
         self._remember(states)
-        todo = dict(self._pending)
-        for principal, state in states.items():
-            if principal not in todo or state.batch_id >= todo[principal].batch_id:
-                todo[principal] = state
+        # After an outage Redis may be back empty: every throttled user's newest state is
+        # written again, not only the users with news since (a silent one would vanish).
+        todo = _newest(self._throttled if self.stale else {}, self._pending, states)
         query_id = self.query_id  # a missing checkpoint is a bug, not an outage: it raises
         try:
             if self.generation is None:
@@ -138,7 +143,7 @@ class RedisPublisher:
                 "Redis is back: throttle state is published again after %d failed publish(es); "
                 "caught up %d user(s)",
                 self.failed_publishes - self._failed_at_outage,
-                len(self._pending),
+                len(_newest(self._throttled, self._pending)),
             )
         self.stale = False
         self._pending = {}
@@ -164,3 +169,13 @@ class RedisPublisher:
                 batch_id,
                 result.batch,
             )
+
+
+def _newest(*states: dict[str, UserState]) -> dict[str, UserState]:
+    """Per user, the state of the newest batch among ``states`` (a later map wins a tie)."""
+    out: dict[str, UserState] = {}
+    for each in states:
+        for principal, state in each.items():
+            if principal not in out or state.batch_id >= out[principal].batch_id:
+                out[principal] = state
+    return out

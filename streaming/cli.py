@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     if kafka_input:
         KafkaUrl.parse(kafka_input)  # a malformed URL fails now, before Spark starts
     kafka_out = kafka_outputs(config, kafka_input)
-    reads, resumed = _start_up_checks(args, out, checkpoint)
+    reads, resumed = _start_up_checks(args, out, checkpoint, publish is not None)
 
     from streaming import query as q
     from streaming.demo_source import DemoDataSource
@@ -166,12 +166,15 @@ def run(args: argparse.Namespace) -> int:
     return signals.exit_code or 0
 
 
-def _start_up_checks(args: argparse.Namespace, out: Path, checkpoint: str) -> tuple[preflight.Source, bool]:
+def _start_up_checks(
+    args: argparse.Namespace, out: Path, checkpoint: str, publishing: bool
+) -> tuple[preflight.Source, bool]:
     """The input is there, ``--fresh`` deleted what it should, and the checkpoint is this
     source's. Returns the source and whether the run resumes a checkpoint. A file input's
     hidden names and files changed since they were read are named on stderr."""
     reads = preflight.Source.of(args.input)
     preflight.check_input(reads)
+    preflight.check_local_checkpoint(checkpoint, reads.kind == "file", publishing)
     if args.fresh:
         preflight.fresh(out, checkpoint)
     preflight.check_checkpoint(checkpoint, reads, out)
@@ -232,8 +235,9 @@ def kafka_outputs(config, input_url: str | None) -> dict | None:
     return {"kafka.bootstrap.servers": bootstrap, **security_options(config), **topics}
 
 
-# Exit codes of `pidquota run` stopped by a signal, as a shell reports them (128 + signal).
+# `pidquota run` stopped by a signal exits as a shell reports it: 128 + the signal.
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
+_STOPS = {signal.SIGINT: (EXIT_SIGINT, "Ctrl-C"), signal.SIGTERM: (EXIT_SIGTERM, "SIGTERM")}
 
 
 class _Signals:
@@ -251,7 +255,7 @@ class _Signals:
         self._previous: dict = {}
 
     def __enter__(self) -> _Signals:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in _STOPS:
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -260,14 +264,13 @@ class _Signals:
             signal.signal(sig, handler)
 
     def _handle(self, signum, frame) -> None:
-        code = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
+        code, name = _STOPS[signum]
         if self.signum is not None:
             print(
                 "pidquota: stopped now; the next run resumes from the checkpoint", file=sys.stderr, flush=True
             )
             os._exit(code)
         self.signum = signum
-        name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
         print(
             f"pidquota: stopping after the batch in flight ({name}; again to stop now)",
             file=sys.stderr,
@@ -276,9 +279,7 @@ class _Signals:
 
     @property
     def exit_code(self) -> int | None:
-        if self.signum is None:
-            return None
-        return EXIT_SIGINT if self.signum == signal.SIGINT else EXIT_SIGTERM
+        return None if self.signum is None else _STOPS[self.signum][0]
 
 
 def _wait(query, duration: float | None, signals: _Signals) -> BaseException | None:
@@ -300,10 +301,15 @@ def _wait(query, duration: float | None, signals: _Signals) -> BaseException | N
 
 
 def _stop_between_batches(query, patience_s: float = 15.0) -> None:
-    """Stop after the batch in flight, so nothing is interrupted half-way."""
+    """Stop once the batch in flight, if any, has been written (at most ``patience_s``).
+    The next batch may have begun by then; stopping interrupts it, and the next run
+    replays it in full from the checkpoint."""
     deadline = time.monotonic() + patience_s
+    in_flight = (query.lastProgress or {}).get("batchId", -1)
     while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.1)
+        if (query.lastProgress or {}).get("batchId", -1) > in_flight:
+            break
+        time.sleep(0.05)
     if query.isActive:
         # A deliberate stop: Spark's "Failed to cancel job group" warnings say nothing here.
         from pyspark.sql import SparkSession

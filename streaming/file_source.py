@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
-from conf.errors import InputError
+from conf.errors import CorruptStateError, InputError
 
 log = logging.getLogger("pidquota.files")
 
@@ -70,46 +70,79 @@ def hidden(name: str) -> bool:
     return name.startswith(("_", "."))
 
 
-def _entry(path: Path) -> FileEntry:
-    st = path.stat()
+def _entry(path: Path) -> FileEntry | None:
+    try:
+        st = path.stat()
+    except OSError:  # renamed or removed since the folder was listed (log rotation): next listing
+        return None
     return FileEntry(str(path), st.st_mtime_ns, st.st_size)
 
 
 def scan(root: str | Path) -> Listing:
-    """A named file, or every file below a folder whose path has no hidden part."""
+    """A named file, or every file below a folder whose path has no hidden part.
+
+    What a folder listing passes over is in ``skipped``: hidden names, folders
+    that cannot be read, and symbolic links to folders (not followed, so a
+    link cannot make a file be read twice)."""
     root = Path(root).resolve()
     if root.is_file():
-        return Listing([_entry(root)], [])
+        entry = _entry(root)
+        return Listing([entry] if entry else [], [])
     files, skipped = [], []
-    for folder, dirs, names in os.walk(root):
+    for folder, dirs, names in os.walk(
+        root, onerror=lambda e: skipped.append(f"{e.filename}{os.sep} ({e.strerror})")
+    ):
         for d in sorted(dirs):
-            if hidden(d):
+            if hidden(d) or Path(folder, d).is_symlink():
                 skipped.append(str(Path(folder, d)) + os.sep)
-        dirs[:] = [d for d in dirs if not hidden(d)]
+        dirs[:] = [d for d in dirs if not hidden(d) and not Path(folder, d).is_symlink()]
         for name in names:
             path = Path(folder, name)
             if hidden(name):
                 skipped.append(str(path))
-            elif path.is_file():
-                files.append(_entry(path))
+            elif path.is_file() and (entry := _entry(path)) is not None:
+                files.append(entry)
     files.sort(key=lambda f: (f.mtime_ns, f.path))
     return Listing(files, sorted(skipped))
 
 
 def read_ledger(path: str | Path) -> list[FileEntry]:
+    """The ledger's entries. A torn last line (a crash mid-append) is left out; it is cut
+    off before the next append (:func:`append_ledger`). Any other damage is an error:
+    offsets are positions in the ledger, so a lost line would shift every later batch."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         return []
+    lines = text.split("\n")
+    complete, torn = lines[:-1], lines[-1]
     out = []
-    for line in text.splitlines():
-        if line.strip():  # a torn last line (a crash mid-append) is dropped, and re-listed
-            try:
-                d = json.loads(line)
-                out.append(FileEntry(d["path"], int(d["mtime_ns"]), int(d["size"])))
-            except (ValueError, KeyError):
-                continue
+    for n, line in enumerate(complete, start=1):
+        try:
+            d = json.loads(line)
+            out.append(FileEntry(d["path"], int(d["mtime_ns"]), int(d["size"])))
+        except (ValueError, KeyError, TypeError):
+            raise CorruptStateError(
+                f"{path} line {n} is damaged ({line[:80]!r}); it lists the files this query has read. "
+                "Start over with --fresh (or another --output)"
+            ) from None
+    del torn  # no newline yet: the append it belongs to did not finish
     return out
+
+
+def append_ledger(path: Path, entries: list[FileEntry]) -> None:
+    """Append entries durably, first cutting off a torn last line a crash may have left."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+b") as f:
+        f.seek(0)
+        data = f.read()
+        keep = data.rfind(b"\n") + 1
+        if keep != len(data):
+            f.truncate(keep)
+        f.seek(0, os.SEEK_END)
+        f.write("".join(e.to_json() + "\n" for e in entries).encode("utf-8"))
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def changed_since_read(listing: Listing, ledger: list[FileEntry]) -> list[str]:
@@ -159,8 +192,10 @@ def start_up_notes(root: str | Path, checkpoint: str | Path) -> tuple[list[str],
 
 
 class FileRange(InputPartition):
-    def __init__(self, path: str):
-        self.path = path
+    """One file, read up to the size it had when it was listed, so a replay reads the same bytes."""
+
+    def __init__(self, path: str, size: int):
+        self.path, self.size = path, size
 
 
 class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -186,11 +221,7 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._warned.add(path)
                 log.warning("pidquota: not reading %s (hidden name, or changed after it was read)", path)
         if news:
-            self.ledger_path.parent.mkdir(parents=True, exist_ok=True)
-            with self.ledger_path.open("a", encoding="utf-8") as f:
-                f.write("".join(e.to_json() + "\n" for e in news))
-                f.flush()
-                os.fsync(f.fileno())
+            append_ledger(self.ledger_path, news)
             self.ledger += news
             self._known.update(e.path for e in news)
         return len(self.ledger)
@@ -213,24 +244,40 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.max_files) if self.max_files else ReadAllAvailable()
 
     def partitions(self, start: dict, end: dict):
-        if len(self.ledger) < int(end["files"]):  # another process appended (a restart): re-read
-            self.ledger = read_ledger(self.ledger_path)
-        return [FileRange(e.path) for e in self.ledger[int(start.get("files", 0)) : int(end["files"])]]
+        if len(self.ledger) < int(end["files"]):
+            raise CorruptStateError(
+                f"the checkpoint's offsets name {end['files']} files, but {self.ledger_path} lists "
+                f"{len(self.ledger)}; it was edited or lost. Start over with --fresh (or another --output)"
+            )
+        return [
+            FileRange(e.path, e.size) for e in self.ledger[int(start.get("files", 0)) : int(end["files"])]
+        ]
 
     def commit(self, end: dict) -> None:
         pass
 
+    def __getstate__(self):  # what reaches the executors: not the ledger
+        state = self.__dict__.copy()
+        state.update(ledger=[], _known=set(), _warned=set())
+        return state
+
     def read(self, partition: FileRange) -> Iterator[pa.RecordBatch]:
         source = pa.scalar(Path(partition.path).as_uri(), pa.string())
-        for lines in read_lines(partition.path):
-            yield pa.RecordBatch.from_arrays([lines, pa.repeat(source, len(lines))], schema=_ARROW)
+        try:
+            for lines in read_lines(partition.path, partition.size):
+                yield pa.RecordBatch.from_arrays([lines, pa.repeat(source, len(lines))], schema=_ARROW)
+        except OSError as exc:  # gone or unreadable since it was listed: say so, do not fail the query
+            log.warning("pidquota: could not read %s, listed for this batch: %s", partition.path, exc)
 
 
-def read_lines(path: str) -> Iterator[pa.Array]:
-    """The file's lines without their line ends, as Arrow arrays of about ``_CHUNK`` bytes."""
+def read_lines(path: str, size: int | None = None) -> Iterator[pa.Array]:
+    """The file's first ``size`` bytes (all, if None) as lines without their line ends,
+    in Arrow arrays of about ``_CHUNK`` bytes."""
     rest = b""
+    left = size if size is not None else -1
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
+        while left and (chunk := f.read(_CHUNK if left < 0 else min(_CHUNK, left))):
+            left = left - len(chunk) if left > 0 else left
             data = rest + chunk
             cut = data.rfind(b"\n") + 1
             if cut:

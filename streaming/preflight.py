@@ -27,9 +27,9 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from conf.errors import ConfigError, PidquotaError
+from conf.paths import local_path
 
 MARKER = "pidquota-source.json"
 OUTPUT_CHILDREN = frozenset({"decisions", "metrics", "dead-letters", "_checkpoint"})
@@ -60,6 +60,10 @@ class Source:
     def describe(self) -> str:
         if self.kind == "demo":
             return "the demo source"
+        if self.kind == "spark-file":
+            return (
+                "Spark's file source (an earlier pidquota; its offsets cannot be resumed by the current one)"
+            )
         if self.kind == "file":
             return f"file input {self.shown or self.input!r}" if self.input else "a file input"
         if self.input:
@@ -107,21 +111,31 @@ def check_quotas_flag(args, config) -> None:
         )
 
 
+def check_local_checkpoint(checkpoint: str, file_input: bool, publishing: bool) -> None:
+    """What pidquota keeps beside Spark's checkpoint needs it to be a local (or mounted) folder."""
+    if local_path(checkpoint) is not None:
+        return
+    needs = [
+        why
+        for why, applies in (
+            ("a file input keeps the list of files it has read there", file_input),
+            ("publishing to Redis reads the query id there", publishing),
+        )
+        if applies
+    ]
+    if needs:
+        raise ConfigError(
+            f"the checkpoint {checkpoint} is not a local or mounted folder, but {' and '.join(needs)}; "
+            "use a path or a file:// URI"
+        )
+
+
 def check_input(source: Source) -> None:
     """A file input that is not there, or not readable, fails now rather than inside Spark."""
     if source.kind == "file":
         from streaming.file_source import check_input as check_file
 
         check_file(source.shown)
-
-
-def local_path(uri: str) -> Path | None:
-    """The local folder of a checkpoint location, or None for a remote one (``s3a://``...)."""
-    if uri.startswith("file:"):
-        return Path(unquote(urlparse(uri).path))
-    if "://" in uri:
-        return None
-    return Path(uri)
 
 
 def is_inside(path: Path, folder: Path) -> bool:
@@ -165,9 +179,11 @@ def _check_output(output: Path, ckpt: Path) -> None:
         what = "a symbolic link" if output.is_symlink() else "a file"
         raise _not_output(output, f"it is {what}")
     own = set(OUTPUT_CHILDREN)
-    if is_inside(ckpt, output) and ckpt.resolve() != output.resolve():
-        own.add(ckpt.resolve().relative_to(output.resolve()).parts[0])  # --checkpoint OUTPUT/elsewhere
     strays = []
+    if is_inside(ckpt, output) and ckpt.resolve() != output.resolve():  # --checkpoint OUTPUT/a/b
+        parts = ckpt.resolve().relative_to(output.resolve()).parts
+        own.add(parts[0])
+        strays += _strays_on_the_way(output, parts)
     for child in sorted(output.iterdir()):
         if _hidden_file(child):
             continue
@@ -178,6 +194,21 @@ def _check_output(output: Path, ckpt: Path) -> None:
     if strays:
         listed = ", ".join(strays[:3]) + (f" and {len(strays) - 3} more" if len(strays) > 3 else "")
         raise _not_output(output, f"it has {listed}")
+
+
+def _strays_on_the_way(output: Path, parts: tuple[str, ...]) -> list[str]:
+    """Folders between OUTPUT and a checkpoint inside it must hold nothing but the way on."""
+    strays, folder = [], output
+    for i, part in enumerate(parts[:-1]):
+        folder = folder / part
+        if folder.is_dir() and not folder.is_symlink():
+            rel = "/".join(parts[: i + 1])
+            strays += [
+                f"{rel}/{_shown(c)}"
+                for c in sorted(folder.iterdir())
+                if c.name != parts[i + 1] and not _hidden_file(c)
+            ]
+    return strays
 
 
 def _not_output(output: Path, why: str) -> ConfigError:
@@ -196,7 +227,10 @@ def _check_checkpoint_folder(ckpt: Path) -> None:
 
 
 def _hidden_file(p: Path) -> bool:
-    return p.name.startswith(".") and p.is_file() and not p.is_symlink()
+    """A temporary file pidquota itself writes (``.part-....jsonl.tmp``, ``.pidquota-source.json.tmp``),
+    or one NFS leaves behind (``.nfs0001``); any other hidden file (``.env``) is somebody's."""
+    temporary = p.name.endswith(".tmp") or p.name.startswith(".nfs")
+    return p.name.startswith(".") and temporary and p.is_file() and not p.is_symlink()
 
 
 def _part_file(p: Path) -> bool:
@@ -287,7 +321,9 @@ def sniff_offsets(ckpt: Path) -> Source | None:
         return None
     if not isinstance(offset, dict) or not offset:
         return None
-    if "logOffset" in offset or set(offset) == {"files"}:
+    if "logOffset" in offset:  # Spark's own file source, which pidquota used before its own
+        return Source("spark-file", None)
+    if set(offset) == {"files"}:
         return Source("file", None)
     if set(offset) == {"origin", "t"}:
         return Source("demo", "demo")

@@ -8,7 +8,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 
+from conf.errors import ConfigError
 from conf.loader import Config
+from conf.paths import local_path
 from quota import QuotaSettings, QuotaSource
 from store.kafka import security_options
 from streaming.compact import COMPACT_SCHEMA, compact
@@ -40,11 +42,17 @@ def file_source(spark, path: str, max_files: int, checkpoint: str) -> DataFrame:
 
     check_input(path)
     p = Path(path)
+    where = local_path(checkpoint)
+    if where is None:
+        raise ConfigError(
+            f"a file input keeps the list of files it has read beside its checkpoint, which must be a "
+            f"local (or mounted) folder; {checkpoint!r} is not. Use a path or a file:// URI"
+        )
     spark.dataSource.register(FilesDataSource)
     reader = (
         spark.readStream.format("pidquota-files")
         .option("path", str(p.resolve()))
-        .option("ledger", str(Path(checkpoint) / LEDGER))
+        .option("ledger", str(where / LEDGER))
     )
     if max_files:
         reader = reader.option("maxFilesPerTrigger", max_files)

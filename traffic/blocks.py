@@ -179,7 +179,7 @@ class RedisBlockStore:
     registration count (its epoch + 1), and the audit list, changed together
     by one Lua script."""
 
-    def __init__(self, client, prefix: str = "pidquota:pid-blocks") -> None:
+    def __init__(self, client, prefix: str = "{pidquota}:pid-blocks") -> None:
         self.client = client
         self.prefix = prefix
         self._allocate = client.register_script(_ALLOCATE_LUA)

@@ -27,10 +27,11 @@ def settings(args: argparse.Namespace) -> Config:
 def block_store(args: argparse.Namespace) -> BlockStore:
     if args.redis:
         from store.client import connect_config
+        from store.keys import Keys
 
         config = settings(args)
         client = connect_config(config, args.redis)
-        return RedisBlockStore(client, f"{config['pidquota.redis.prefix']}:pid-blocks")
+        return RedisBlockStore(client, Keys(config["pidquota.redis.prefix"]).pid_blocks)
     return FileBlockStore(args.blocks)
 
 

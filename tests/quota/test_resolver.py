@@ -91,3 +91,11 @@ def test_static_quotas_are_never_stale():
     source: QuotaSource = StaticQuotas({"User:a": 1})
     assert source.stale is False
     assert "stale" in QuotaSource.__annotations__
+
+
+def test_a_quota_too_small_to_express_a_throttle_time_is_refused():
+    from quota.resolver import MIN_RATE, validate_rate
+
+    assert validate_rate("User:a", MIN_RATE) == MIN_RATE
+    with pytest.raises(ConfigError, match=r"'User:a' is 1e-20, below the smallest quota 1e-06"):
+        validate_rate("User:a", 1e-20)

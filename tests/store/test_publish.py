@@ -210,6 +210,9 @@ def test_a_stale_batch_is_refused_and_a_split_batch_applies_in_full(redis_client
     assert store.write("q", g, 7, [UserState("User:b", OLD, 7, W)]).applied  # equal: same batch
     assert store.write("q", g, 6, [UserState("User:c", OLD, 6, W)]).status == "STALE"
     assert StatusClient(redis_client).principals() == ["User:a", "User:b"]
+    newer = store.begin("q")  # a restart from a restored checkpoint: the order starts afresh
+    assert store.write("q", newer, 3, [UserState("User:d", OLD, 3, W)]).applied
+    assert store.write("q", g, 8, [UserState("User:e", OLD, 8, W)]).status == "FENCED"
     assert store.write("other", store.begin("other"), 0, []).applied  # each query has its own fence
 
 
@@ -266,9 +269,16 @@ def test_an_outage_never_stops_publishing_and_catches_up_with_the_newest_state(t
     proc, port = start_redis(tmp_path)
     url = f"redis://127.0.0.1:{port}/0"
     try:
-        pub = publisher(connect(url, timeout_s=0.5), checkpoint)
+        pub = publisher(connect(url, timeout_s=0.5), checkpoint, Quotas({"<default>": 10}))
         row = {"timestamp": OLD, "quota": 10.0, "tokens": 5.0}
-        pub(0, frames(*({**row, "principal": f"User:{u}", "admitted_total": 0} for u in "abcde")))
+        silent = {
+            "timestamp": OLD,
+            "quota": 10.0,
+            "tokens": 0.2,
+            "principal": "User:silent",
+            "admitted_total": 10,
+        }
+        pub(0, frames(silent, *({**row, "principal": f"User:{u}", "admitted_total": 0} for u in "abcde")))
         proc.terminate()
         proc.wait()
         with caplog.at_level(logging.WARNING, logger="pidquota.redis"):
@@ -283,12 +293,13 @@ def test_an_outage_never_stops_publishing_and_catches_up_with_the_newest_state(t
             pub(21, frames({**row, "principal": "User:a", "admitted_total": 21}))
             pub(22, frames())
         assert [r.getMessage() for r in caplog.records] == [
-            "Redis is back: throttle state is published again after 20 failed publish(es); caught up 5 user(s)"
+            "Redis is back: throttle state is published again after 20 failed publish(es); caught up 6 user(s)"
         ]
         assert (pub.failed_publishes, pub.stale) == (20, False)
         status = StatusClient(connect(url))
         newest = {u: status.status(f"User:{u}").metrics["admitted_total"] for u in "abcde"}
         assert newest == {"a": 21, "b": 16, "c": 17, "d": 18, "e": 19}
+        assert status.status("User:silent").throttled  # throttled, silent, and Redis came back empty
         assert DecisionStore(connect(url)).fence_state("query-1") == (1, 22)
     finally:
         proc.terminate()

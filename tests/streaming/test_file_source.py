@@ -57,16 +57,44 @@ def test_start_up_notes_name_skipped_and_changed_files_and_an_empty_folder(tmp_p
 def test_offsets_are_ledger_positions_and_survive_a_restart_and_a_torn_line(tmp_path):
     folder, ledger = tmp_path / "in", tmp_path / "ck" / fs.LEDGER
     for i in range(5):
-        _touch(folder / f"{i}.jsonl")
-    reader = fs.FileStreamReader({"path": str(folder), "ledger": str(ledger), "maxFilesPerTrigger": "2"})
-    end = reader.latestOffset({"files": 0}, reader.getDefaultReadLimit())
+        _touch(folder / f"{i}.jsonl", mtime_ns=1_000 + i)
+
+    def reader():
+        return fs.FileStreamReader({"path": str(folder), "ledger": str(ledger), "maxFilesPerTrigger": "2"})
+
+    first = reader()
+    end = first.latestOffset({"files": 0}, first.getDefaultReadLimit())
     assert end == {"files": 2}
-    first = [p.path for p in reader.partitions({"files": 0}, end)]
+    names = [os.path.basename(p.path) for p in first.partitions({"files": 0}, end)]
+    assert names == ["0.jsonl", "1.jsonl"]
     with ledger.open("a") as f:
         f.write('{"path": "/torn')  # a crash mid-append
-    again = fs.FileStreamReader({"path": str(folder), "ledger": str(ledger), "maxFilesPerTrigger": "2"})
-    assert [p.path for p in again.partitions({"files": 0}, end)] == first
-    assert again.latestOffset(end, again.getDefaultReadLimit()) == {"files": 4}
+    for i in (5, 6):
+        _touch(folder / f"{i}.jsonl", mtime_ns=1_000 + i)
+    second = reader()  # the torn line is cut off before the new files are appended
+    assert second.latestOffset({"files": 4}, second.getDefaultReadLimit()) == {"files": 6}
+    third = reader()
+    listed = [os.path.basename(p.path) for p in third.partitions({"files": 0}, {"files": 7})]
+    assert listed == [f"{i}.jsonl" for i in range(7)]
+    with pytest.raises(fs.CorruptStateError, match="offsets name 9 files"):
+        third.partitions({"files": 7}, {"files": 9})
+    ledger.write_text(ledger.read_text().replace('"size"', '"sighs"', 1))
+    with pytest.raises(fs.CorruptStateError, match="line 1 is damaged"):
+        reader()
+
+
+def test_a_file_is_read_up_to_its_listed_size_and_a_vanished_one_does_not_fail(tmp_path, caplog):
+    path = tmp_path / "grow.jsonl"
+    path.write_bytes(b"a\nb\n")
+    entry = fs.scan(path).files[0]
+    with path.open("ab") as f:
+        f.write(b"c\nd")  # still being written after it was listed
+    r = fs.FileStreamReader.__new__(fs.FileStreamReader)
+    got = [v for b in r.read(fs.FileRange(entry.path, entry.size)) for v in b.column(0).to_pylist()]
+    assert got == [b"a", b"b"]
+    path.unlink()
+    assert list(r.read(fs.FileRange(entry.path, entry.size))) == []
+    assert "could not read" in caplog.text
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 7, 1 << 20])

@@ -127,7 +127,6 @@ def test_a_checkpoint_outside_the_output_names_its_own_fix(tmp_path):
 @pytest.mark.parametrize(
     "offsets, recorded, refused, taken",
     [
-        (FILE_OFFSETS, "a file input", [None, "kafka://b:1/events"], "e.jsonl"),
         ('v1\n{"batchWatermarkMs":0}\n{"files": 24}\n', "a file input", [None], "e.jsonl"),
         (DEMO_OFFSETS, "the demo source", ["e.jsonl", "kafka://b:1/events"], None),
         (KAFKA_OFFSETS, "Kafka topic 'events'", [None, "e.jsonl", "kafka://b:1/other"], "kafka://b:1/events"),
@@ -141,6 +140,15 @@ def test_a_checkpoint_without_marker_is_recognised_by_its_offsets(
     for given in refused:
         assert f"belongs to {recorded}, not " in refusal(ckpt, Source.of(given), out)
     preflight.check_checkpoint(ckpt, Source.of(taken), out)
+
+
+def test_a_checkpoint_of_spark_s_own_file_source_is_refused_for_every_input(tmp_path):
+    # An earlier pidquota read files with Spark's source ({"logOffset": N}); the current one
+    # would start its own offsets at 0 and read every file again into the kept state.
+    out = tmp_path / "out"
+    ckpt = str(checkpoint(out / "_checkpoint", FILE_OFFSETS, marker=None))
+    for given in (None, "e.jsonl", "kafka://b:1/events"):
+        assert "belongs to Spark's file source" in refusal(ckpt, Source.of(given), out)
 
 
 def test_the_newest_offsets_file_is_the_one_sniffed(tmp_path):
@@ -269,6 +277,19 @@ def test_fresh_accepts_a_checkpoint_kept_elsewhere_inside_the_output(tmp_path):
     assert not out.exists()
 
 
+def test_fresh_refuses_what_lies_beside_a_checkpoint_kept_inside_the_output(tmp_path):
+    out = output(tmp_path / "out")
+    checkpoint(out / "state" / "q1", DEMO_OFFSETS)
+    (out / "state" / "notes.txt").write_text("mine")
+    (out / ".env").write_text("SECRET=1")
+    with pytest.raises(ConfigError, match=r"it has state/notes.txt"):
+        preflight.fresh(out, str(out / "state" / "q1"))
+    assert (out / "state" / "notes.txt").exists()
+    (out / "state" / "notes.txt").unlink()
+    with pytest.raises(ConfigError, match=r"it has \.env"):
+        preflight.fresh(out, str(out / "state" / "q1"))
+
+
 # flags ---------------------------------------------------------------------------------------------
 
 
@@ -320,3 +341,10 @@ def test_an_unreadable_output_is_one_line_not_a_traceback(tmp_path, monkeypatch)
     with pytest.raises(PidquotaError, match=r"^--fresh cannot look into .*/decisions: Permission denied$"):
         preflight.fresh(out, str(out / "_checkpoint"))
     assert out.is_dir()
+
+
+def test_a_remote_checkpoint_is_refused_where_pidquota_keeps_files_beside_it():
+    preflight.check_local_checkpoint("s3a://b/ck", file_input=False, publishing=False)  # Kafka, no Redis
+    preflight.check_local_checkpoint("file:///tmp/ck", file_input=True, publishing=True)
+    with pytest.raises(ConfigError, match="keeps the list of files it has read there and publishing"):
+        preflight.check_local_checkpoint("s3a://b/ck", file_input=True, publishing=True)

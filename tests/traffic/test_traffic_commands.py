@@ -28,7 +28,7 @@ def test_generate_against_redis_blocks(tmp_path, redis_server, redis_client, cap
     assert main(["generate", "--duration", "2m", "--output", str(out), "--redis", redis_server]) == 0
     assert main(["blocks", "--redis", redis_server]) == 0
     assert "blocks," in capsys.readouterr().out
-    assert redis_client.llen("pidquota:pid-blocks:audit") >= 1
+    assert redis_client.llen("{pidquota}:pid-blocks:audit") >= 1
 
 
 def test_bad_arguments_are_one_line_errors(tmp_path, capsys):
