@@ -94,20 +94,7 @@ def run(args: argparse.Namespace) -> int:
     preflight.check_flags(args, kafka_input is not None)
     duration_s = None if args.duration is None else parse_duration_ms(args.duration) / 1000
     speed = DEMO_SPEED if args.speed is None else args.speed
-    overrides = parse_overrides(args.set)
-    if args.quotas:
-        overrides["pidquota.quotas.file"] = args.quotas
-    if args.checkpoint:
-        overrides["pidquota.checkpoint.location"] = args.checkpoint
-    if args.starting_offsets:
-        overrides["pidquota.kafka.starting.offsets"] = args.starting_offsets
-    for kind in ("decisions", "metrics", "dead_letters"):
-        topic = getattr(args, f"{kind}_topic")
-        if topic:
-            overrides[f"pidquota.kafka.{kind.replace('_', '.')}.topic"] = topic
-    if args.quota_store:
-        overrides["pidquota.redis.url"] = args.quota_store
-    config = load(args.config, overrides)
+    config = load(args.config, _run_overrides(args))
     preflight.check_quotas_flag(args, config)
     quotas, publish = quota_source(config)
     out = Path(args.output)
@@ -118,30 +105,13 @@ def run(args: argparse.Namespace) -> int:
     reads, resumed = _start_up_checks(args, out, checkpoint, publish is not None)
 
     from streaming import query as q
-    from streaming.demo_source import DemoDataSource
-    from streaming.kafka_source import KafkaDataSource
     from streaming.session import spark_session
     from streaming.sink import JsonlSink
-    from streaming.table import UserTable
 
     spark = spark_session(config)
     preflight.write_marker(checkpoint, reads)  # once Java is there: a failed start leaves no trace
-    spark.dataSource.register(KafkaDataSource)
-    if demo:
-        spark.dataSource.register(DemoDataSource)
-        lines = spark.readStream.format("pidquota-demo").option("speed", speed).load()
-        table = UserTable(QuotaSettings.from_config(config).window_ms)
-        sink = JsonlSink(out, on_batch=table.update, kafka=kafka_out, publish=publish)
-        source = "Redis" if config["pidquota.redis.url"] else config.quotas_path()
-        print(
-            f"pidquota demo: {speed:g}x event time, quotas from {source}, output in {out}/ (Ctrl-C to stop)"
-        )
-    elif kafka_input:
-        lines = q.kafka_source(spark, KafkaUrl.parse(kafka_input), config)
-        sink = JsonlSink(out, kafka=kafka_out, publish=publish)
-    else:
-        lines = q.file_source(spark, args.input, config["pidquota.max.events.per.trigger"], checkpoint)
-        sink = JsonlSink(out, kafka=kafka_out, publish=publish)
+    lines, on_batch = _lines(spark, args, config, kafka_input, checkpoint, speed)
+    sink = JsonlSink(out, on_batch=on_batch, kafka=kafka_out, publish=publish)
     if publish is not None:
         publish.checkpoint = checkpoint
     query = q.start(
@@ -164,6 +134,47 @@ def run(args: argparse.Namespace) -> int:
         f"{t.rows['metrics']} metric rows, {t.rows['dead-letters']} dead letters under {out}/"
     )
     return signals.exit_code or 0
+
+
+def _run_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """``--set`` plus the flags that are shorthands for settings."""
+    overrides = parse_overrides(args.set)
+    flags = {
+        "quotas": "pidquota.quotas.file",
+        "checkpoint": "pidquota.checkpoint.location",
+        "starting_offsets": "pidquota.kafka.starting.offsets",
+        "decisions_topic": "pidquota.kafka.decisions.topic",
+        "metrics_topic": "pidquota.kafka.metrics.topic",
+        "dead_letters_topic": "pidquota.kafka.dead.letters.topic",
+        "quota_store": "pidquota.redis.url",
+    }
+    for flag, key in flags.items():
+        if getattr(args, flag):
+            overrides[key] = getattr(args, flag)
+    return overrides
+
+
+def _lines(spark, args: argparse.Namespace, config, kafka_input: str | None, checkpoint: str, speed: float):
+    """The input as a stream of lines, and the demo's per-batch table (None otherwise)."""
+    from streaming import query as q
+    from streaming.kafka_source import KafkaDataSource
+
+    spark.dataSource.register(KafkaDataSource)  # the Kafka source, and the sink's Kafka outputs
+
+    if kafka_input:
+        return q.kafka_source(spark, KafkaUrl.parse(kafka_input), config), None
+    if args.input is not None:
+        return q.file_source(spark, args.input, config["pidquota.max.events.per.trigger"], checkpoint), None
+    from streaming.demo_source import DemoDataSource
+    from streaming.table import UserTable
+
+    spark.dataSource.register(DemoDataSource)
+    table = UserTable(QuotaSettings.from_config(config).window_ms)
+    source = "Redis" if config["pidquota.redis.url"] else config.quotas_path()
+    print(
+        f"pidquota demo: {speed:g}x event time, quotas from {source}, output in {args.output}/ (Ctrl-C to stop)"
+    )
+    return spark.readStream.format("pidquota-demo").option("speed", speed).load(), table.update
 
 
 def _start_up_checks(

@@ -116,6 +116,30 @@ def _source(lines: DataFrame) -> Column:
     return F.lit(None).cast("string")
 
 
+def _record_checks(v: Column, text: Column) -> list[tuple[Column, Column]]:
+    """The whole record's checks, before its fields': empty, too nested, not JSON, not an
+    object, text after the object."""
+    trimmed = F.btrim(text, F.lit(_WHITESPACE))
+    return [
+        (F.col("raw").isNull() | (trimmed == ""), F.lit("empty record")),
+        (
+            F.col("too_nested"),
+            F.lit(f"too many '{{' or '[' (more than {MAX_BRACKETS}): an event is one flat JSON object"),
+        ),
+        (
+            v.isNull() & text.rlike(_HUGE_NUMBER),
+            F.concat(
+                F.lit("field '"),
+                F.regexp_extract(text, _HUGE_NUMBER, 1),
+                F.lit("' is out of range: a number of more than 1000 digits"),
+            ),
+        ),
+        (v.isNull(), F.lit("not valid JSON")),
+        (~trimmed.startswith("{"), F.lit("not a JSON object")),
+        (~trimmed.endswith("}") | _trailing(text), F.lit("not valid JSON (text after the object)")),
+    ]
+
+
 def parse_events(lines: DataFrame, max_principal: int) -> DataFrame:
     """``value`` strings in; ``PARSED_COLUMNS`` out.
 
@@ -139,27 +163,8 @@ def parse_events(lines: DataFrame, max_principal: int) -> DataFrame:
         *([fallback.alias("kafka_timestamp")] if fallback is not None else []),
     ).select("*", F.when(~F.col("too_nested"), F.try_parse_json("text")).alias("v"))
     v, text = F.col("v"), F.col("text")
-    trimmed = F.btrim(text, F.lit(_WHITESPACE))
     checks, values = _field_checks(v, text, max_principal, fallback)
-    checks = [
-        (F.col("raw").isNull() | (trimmed == ""), F.lit("empty record")),
-        (
-            F.col("too_nested"),
-            F.lit(f"too many '{{' or '[' (more than {MAX_BRACKETS}): an event is one flat JSON object"),
-        ),
-        (
-            v.isNull() & text.rlike(_HUGE_NUMBER),
-            F.concat(
-                F.lit("field '"),
-                F.regexp_extract(text, _HUGE_NUMBER, 1),
-                F.lit("' is out of range: a number of more than 1000 digits"),
-            ),
-        ),
-        (v.isNull(), F.lit("not valid JSON")),
-        (~trimmed.startswith("{"), F.lit("not a JSON object")),
-        (~trimmed.endswith("}") | _trailing(text), F.lit("not valid JSON (text after the object)")),
-        *checks,
-    ]
+    checks = [*_record_checks(v, text), *checks]
     reason = F.lit(None).cast("string")
     for cond, why in reversed(checks):
         reason = F.when(cond, why).otherwise(reason)
