@@ -11,6 +11,13 @@ from conf.errors import PidquotaError
 from streaming.cli import _first_line, main
 
 
+@pytest.fixture(autouse=True)
+def own_working_folder(tmp_path_factory, monkeypatch):
+    """Each test runs in an empty folder of its own: the default output ``./pidquota-out`` of
+    the demo a user ran in the checkout (the README's first command) must not leak in."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 def run_cli(*args, env=None):
     return subprocess.run(
         [sys.executable, "-m", "streaming.cli", *args],
