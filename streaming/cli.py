@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -89,6 +91,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``pidquota run``; Ctrl-C and SIGTERM stop it gracefully from the first moment."""
+    signals = _Signals().install()
+    try:
+        return _run(args, signals)
+    finally:
+        signals.restore()
+
+
+def _run(args: argparse.Namespace, signals: _Signals) -> int:
     demo = args.input is None
     kafka_input = args.input if args.input and args.input.startswith("kafka://") else None
     preflight.check_flags(args, kafka_input is not None)
@@ -109,16 +120,18 @@ def run(args: argparse.Namespace) -> int:
     from streaming.sink import JsonlSink
 
     spark = spark_session(config)
+    signals.install()  # again: PySpark's SparkContext put its own SIGINT handler in place
+    if signals.exit_code is not None:  # stopped while Spark was starting
+        return signals.exit_code
     preflight.write_marker(checkpoint, reads)  # once Java is there: a failed start leaves no trace
-    lines, on_batch = _lines(spark, args, config, kafka_input, checkpoint, speed)
+    lines, on_batch = _lines(spark, args, config, kafka_input, checkpoint, speed, str(signals.flag))
     sink = JsonlSink(out, on_batch=on_batch, kafka=kafka_out, publish=publish)
     if publish is not None:
         publish.checkpoint = checkpoint
     query = q.start(
         q.enforcer(lines, config, quotas), sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"]
     )
-    with _Signals() as signals:
-        error = _wait(query, duration_s, signals)
+    error = _wait(query, duration_s, signals)
     if error is not None:
         raise PidquotaError(f"the streaming query failed: {_first_line(error)}")
     t = sink.totals
@@ -154,7 +167,9 @@ def _run_overrides(args: argparse.Namespace) -> dict[str, str]:
     return overrides
 
 
-def _lines(spark, args: argparse.Namespace, config, kafka_input: str | None, checkpoint: str, speed: float):
+def _lines(
+    spark, args: argparse.Namespace, config, kafka_input: str | None, checkpoint: str, speed: float, stop: str
+):
     """The input as a stream of lines, and the demo's per-batch table (None otherwise)."""
     from streaming import query as q
     from streaming.kafka_source import KafkaDataSource
@@ -162,9 +177,11 @@ def _lines(spark, args: argparse.Namespace, config, kafka_input: str | None, che
     spark.dataSource.register(KafkaDataSource)  # the Kafka source, and the sink's Kafka outputs
 
     if kafka_input:
-        return q.kafka_source(spark, KafkaUrl.parse(kafka_input), config), None
+        return q.kafka_source(spark, KafkaUrl.parse(kafka_input), config, stop), None
     if args.input is not None:
-        return q.file_source(spark, args.input, config["pidquota.max.events.per.trigger"], checkpoint), None
+        max_files = config["pidquota.max.events.per.trigger"]
+        return q.file_source(spark, args.input, max_files, checkpoint, stop), None
+    from streaming import stopping
     from streaming.demo_source import DemoDataSource
     from streaming.table import UserTable
 
@@ -174,7 +191,8 @@ def _lines(spark, args: argparse.Namespace, config, kafka_input: str | None, che
     print(
         f"pidquota demo: {speed:g}x event time, quotas from {source}, output in {args.output}/ (Ctrl-C to stop)"
     )
-    return spark.readStream.format("pidquota-demo").option("speed", speed).load(), table.update
+    demo = spark.readStream.format("pidquota-demo").option("speed", speed).option(stopping.OPTION, stop)
+    return demo.load(), table.update
 
 
 def _start_up_checks(
@@ -252,27 +270,34 @@ _STOPS = {signal.SIGINT: (EXIT_SIGINT, "Ctrl-C"), signal.SIGTERM: (EXIT_SIGTERM,
 
 
 class _Signals:
-    """Ctrl-C (SIGINT) or SIGTERM while the query runs: finish the batch in flight, then stop.
+    """Ctrl-C (SIGINT) or SIGTERM: finish the batch in flight, then stop.
 
-    PySpark's own SIGINT handler calls into the JVM from inside the signal
-    handler, while the main thread is in the middle of a call to it, and prints
-    about 50 lines of py4j tracebacks. This one only records the signal; the
-    wait loop sees it within a second. A second signal exits at once: the
-    checkpoint is safe at any point, and the next run resumes.
+    Installed before Spark starts and again once it has (PySpark's own SIGINT
+    handler calls into the JVM from inside the signal handler while the main
+    thread is in a call to it, and prints about 50 lines of py4j tracebacks).
+    This one only records the signal and touches the sources' stop flag
+    (``streaming/stopping.py``); the wait loop sees it within a second. A
+    second signal exits at once: the checkpoint is safe at any point.
     """
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.flag = Path(tempfile.mkdtemp(prefix="pidquota-")) / "stop"
         self._previous: dict = {}
 
-    def __enter__(self) -> _Signals:
+    def install(self) -> _Signals:
         for sig in _STOPS:
-            self._previous[sig] = signal.signal(sig, self._handle)
+            previous = signal.signal(sig, self._handle)
+            self._previous.setdefault(sig, previous)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def restore(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        shutil.rmtree(self.flag.parent, ignore_errors=True)
+
+    def request_stop(self) -> None:
+        self.flag.touch()
 
     def _handle(self, signum, frame) -> None:
         code, name = _STOPS[signum]
@@ -282,6 +307,7 @@ class _Signals:
             )
             os._exit(code)
         self.signum = signum
+        self.request_stop()
         print(
             f"pidquota: stopping after the batch in flight ({name}; again to stop now)",
             file=sys.stderr,
@@ -307,25 +333,18 @@ def _wait(query, duration: float | None, signals: _Signals) -> BaseException | N
     except StreamingQueryException as exc:
         return exc
     finally:
-        _stop_between_batches(query)
+        _stop_between_batches(query, signals)
     return query.exception()
 
 
-def _stop_between_batches(query, patience_s: float = 15.0) -> None:
-    """Stop once the batch in flight, if any, has been written (at most ``patience_s``).
-    The next batch may have begun by then; stopping interrupts it, and the next run
-    replays it in full from the checkpoint."""
+def _stop_between_batches(query, signals: _Signals, patience_s: float = 60.0) -> None:
+    """Ask the sources for no more data, let the batch in flight finish (at most ``patience_s``),
+    then stop the query while no batch runs."""
+    signals.request_stop()
     deadline = time.monotonic() + patience_s
-    in_flight = (query.lastProgress or {}).get("batchId", -1)
     while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        if (query.lastProgress or {}).get("batchId", -1) > in_flight:
-            break
         time.sleep(0.05)
     if query.isActive:
-        # A deliberate stop: Spark's "Failed to cancel job group" warnings say nothing here.
-        from pyspark.sql import SparkSession
-
-        SparkSession.active().sparkContext.setLogLevel("ERROR")
         query.stop()
 
 

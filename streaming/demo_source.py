@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from streaming import stopping
 from traffic.generator import TrafficGenerator
 
 
@@ -39,6 +40,7 @@ class DemoStreamReader(DataSourceStreamReader):
         self.seed = int(options.get("seed", 7))
         self.max_batch_ms = int(options.get("maxBatchMs", 5 * 60_000))
         self.start_ms = int(options.get("startMs", int(time.time() * 1000) // 1000 * 1000))
+        self.options = options
         self._anchor: tuple[float, int] | None = None
         self._gen: TrafficGenerator | None = None
 
@@ -46,6 +48,8 @@ class DemoStreamReader(DataSourceStreamReader):
         return {"origin": self.start_ms, "t": self.start_ms}
 
     def latestOffset(self, start: dict, limit) -> dict:
+        if stopping.requested(self.options):
+            return start
         if self._anchor is None:  # this run's event time starts where the last one stopped
             self._anchor = (time.monotonic(), int(start["t"]))
         wall0, t0 = self._anchor

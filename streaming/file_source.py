@@ -16,7 +16,8 @@ This source lists files itself:
   batch replayed after a crash reads exactly the same files.
 * **Names.** A file named on the command line is read whatever its name. In a
   folder (subfolders included), names starting with ``_`` or ``.`` (``_SUCCESS``,
-  a writer's ``.part`` file) are skipped and named in a warning.
+  a writer's ``.part`` file) or ending in ``.tmp`` or ``._COPYING_`` (files still
+  being written) are skipped and named in a warning.
 * **Changed files.** A file is read once. One changed after it was read (new
   size or modification time) is named in a warning and not read again.
 
@@ -39,6 +40,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from conf.errors import CorruptStateError, InputError
+from streaming import stopping
 
 log = logging.getLogger("pidquota.files")
 
@@ -67,7 +69,9 @@ class Listing:
 
 
 def hidden(name: str) -> bool:
-    return name.startswith(("_", "."))
+    """Names a folder listing passes over: ``_`` or ``.`` first (``_SUCCESS``, ``.part``), and
+    files still being written by the usual conventions (``x.jsonl.tmp``, Hadoop's ``._COPYING_``)."""
+    return name.startswith(("_", ".")) or name.endswith((".tmp", "._COPYING_"))
 
 
 def _entry(path: Path) -> FileEntry | None:
@@ -206,6 +210,7 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.root = options["path"]
         self.ledger_path = Path(options["ledger"])
         self.max_files = int(options.get("maxfilespertrigger", 0))
+        self.options = options
         self.ledger = read_ledger(self.ledger_path)
         self._known = {e.path for e in self.ledger}
         start = scan(self.root)  # what the CLI already reported at start-up is not warned again
@@ -233,6 +238,8 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._refresh()
 
     def latestOffset(self, start: dict, limit) -> dict:
+        if stopping.requested(self.options):
+            return start
         end = self._target if self._target is not None else self._refresh()
         begin = int(start.get("files", 0))
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else self.max_files

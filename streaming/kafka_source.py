@@ -22,6 +22,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from store.kafka import KafkaError, consumer, normalized, safe_options
+from streaming import stopping
 
 SCHEMA = "value string, kafka_topic string, kafka_partition int, kafka_offset long, kafka_timestamp long"
 _ARROW = pa.schema(
@@ -141,6 +142,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._map(self._end_offsets(self._partitions()))
 
     def latestOffset(self, start: dict, limit) -> dict:
+        if stopping.requested(self.options):
+            return start
         tps = self._partitions()
         if self._target is not None:
             ends = {t: dict(parts) for t, parts in self._target.items()}

@@ -13,6 +13,7 @@ from conf.loader import Config
 from conf.paths import local_path
 from quota import QuotaSettings, QuotaSource
 from store.kafka import security_options
+from streaming import stopping
 from streaming.compact import COMPACT_SCHEMA, compact
 from streaming.operator import make_state_function
 from streaming.parse import parse_events
@@ -35,7 +36,7 @@ from streaming.schema import (
 # from event time upstream and drives eviction. A test pins this behaviour.
 
 
-def file_source(spark, path: str, max_files: int, checkpoint: str) -> DataFrame:
+def file_source(spark, path: str, max_files: int, checkpoint: str, stop_flag: str = "") -> DataFrame:
     """A JSON-lines file, or a folder of them, as a stream of ``value`` lines
     (``streaming/file_source.py``: a fixed order, and every file named is read)."""
     from streaming.file_source import LEDGER, FilesDataSource, check_input
@@ -56,10 +57,12 @@ def file_source(spark, path: str, max_files: int, checkpoint: str) -> DataFrame:
     )
     if max_files:
         reader = reader.option("maxFilesPerTrigger", max_files)
+    if stop_flag:
+        reader = reader.option(stopping.OPTION, stop_flag)
     return reader.load().select(F.col("value").cast("string").alias("value"), "source_file")
 
 
-def kafka_source(spark, url, config) -> DataFrame:
+def kafka_source(spark, url, config, stop_flag: str = "") -> DataFrame:
     """A Kafka topic as a stream of ``value`` lines plus the record's position and time."""
     options = {
         "kafka.bootstrap.servers": url.bootstrap,
@@ -70,6 +73,8 @@ def kafka_source(spark, url, config) -> DataFrame:
         "requestTimeoutMs": str(config["pidquota.kafka.request.timeout.ms"]),
         **security_options(config),
     }
+    if stop_flag:
+        options[stopping.OPTION] = stop_flag
     if config["pidquota.max.events.per.trigger"]:
         options["maxOffsetsPerTrigger"] = str(config["pidquota.max.events.per.trigger"])
     # (Spark lower-cases these keys on the way to the reader, which expects that.)
