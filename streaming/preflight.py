@@ -90,7 +90,9 @@ def check_flags(args, kafka_input: bool) -> None:
             "--speed paces the demo only; a file or Kafka input is read as fast as it can (drop --speed)"
         )
     if args.speed is not None and not 0 < args.speed < float("inf"):
-        raise ConfigError(f"--speed must be a number > 0, got {args.speed:g}; e.g. 60 (an hour a minute)")
+        raise ConfigError(
+            f"--speed must be > 0, got {args.speed:g}; a finite number, e.g. 60 (an hour a minute)"
+        )
     if args.starting_offsets and not kafka_input:
         raise ConfigError(
             "--starting-offsets applies to a Kafka input (kafka://HOST:PORT/TOPIC) only; "

@@ -306,6 +306,7 @@ def args(**given) -> Namespace:
         ({"input": "kafka://b:1/t", "speed": 10.0}, True, "--speed paces the demo only"),
         ({"speed": 0.0}, False, "--speed must be > 0, got 0"),
         ({"speed": -2.0}, False, "--speed must be > 0, got -2"),
+        ({"speed": float("inf")}, False, "--speed must be > 0, got inf; a finite number"),
         ({"input": "e.jsonl", "starting_offsets": "latest"}, False, "--starting-offsets applies to a Kafka"),
         ({"starting_offsets": "latest"}, False, "the demo has no offsets to start from"),
     ],
