@@ -13,6 +13,7 @@ transaction (which may only touch one slot) is valid on a cluster too:
 ``{P}:users:<name>``                 hash: one user's published throttle state
 ``{P}:users``                        set: principals with published state
 ``{P}:fence:<query id>``             hash: ``generation`` and ``batch`` of the writer
+``{P}:pid-blocks:*``                 the traffic generator's KIP-730 block store
 ==================================== ===================================================
 
 Entity names are sanitised the way Kafka's ``Sanitizer`` does for ZooKeeper

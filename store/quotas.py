@@ -78,7 +78,7 @@ class RedisQuotaStore:
         names = [n.decode() for n in self.client.smembers(self.keys.users_index)]
         with self.client.pipeline(transaction=False) as p:
             for n in names:
-                p.hget(f"{self.keys.users_index}:{n}", QUOTA_KEY)
+                p.hget(self.keys.user_config(desanitize(n)), QUOTA_KEY)
             values = p.execute()
         out = {}
         for n, v in zip(names, values, strict=True):
