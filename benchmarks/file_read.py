@@ -84,7 +84,9 @@ def main() -> None:
             secs = timed(source(spark, folder, work / name.split()[0]), work, name.split()[0])
             rates[name] = args.events / secs
             print(f"{name:<18} {rates[name]:>10,.0f} events/s ({secs:.1f} s, noop sink)")
-        print(f"ratio pidquota-files / spark text: {rates['pidquota-files'] / rates['spark text source']:.2f}")
+        print(
+            f"ratio pidquota-files / spark text: {rates['pidquota-files'] / rates['spark text source']:.2f}"
+        )
         quotas = StaticQuotas({"<default>": 100})
         a = decisions(spark, spark_text(spark, folder, work), work, "d-spark", config, quotas)
         b = decisions(spark, pidquota_files(spark, folder, work / "d"), work, "d-pidquota", config, quotas)

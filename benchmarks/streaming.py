@@ -1,12 +1,26 @@
-"""Enforcer versus pass-through, side by side in one run.
+"""Where the time goes, stage by stage, on the same input in one run.
 
     python benchmarks/streaming.py [--events 1000000] [--files 10]
 
-Both queries read the same JSON-lines files with the same file source, parse
-and sink; the pass-through has no stateful operator. Two inputs: realistic
-PID reuse, and a flood where every event is a new PID. Prints events/s for
-both, their ratio, the operator's marginal events/s, and p50/p99 batch
-durations. Asserts nothing.
+Each input is ``--events`` JSON-lines events in ``--files`` files, read one
+file per micro-batch (availableNow) in one SparkSession. For each input it
+prints events/s of:
+
+- **read**: pidquota's file source into a noop sink (the read ceiling);
+- **parse, strict**: every line through Spark's strict VARIANT parse, noop sink
+  (the parse before the screen);
+- **parse**: the screen (streaming/screen.py) plus the strict parse of what
+  it leaves, folded, noop sink;
+- **native**: what a Spark user would write instead: typed ``from_json``, a
+  watermark, ``approx_count_distinct(producer_id)`` per principal over
+  60-minute windows sliding by 15 minutes, update mode, noop sink (the anchor);
+- **enforcer**: the whole enforcer with its real JSON-lines sink;
+- **enforcer, strict**: the same with the strict parse only, whose decisions
+  must be identical to the enforcer's;
+
+then enforcer/native (the headline ratio), the batch times, and the state's
+size at the end. Two inputs: realistic PID reuse, and a flood where every
+event is a new PID. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +40,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from conf.loader import load  # noqa: E402
 from quota import StaticQuotas  # noqa: E402
+
+EVENT_SCHEMA = "timestamp long, principal string, producer_id long, producer_epoch int"
 
 
 def write_input(folder: Path, n: int, files: int, flood: bool, seed: int = 7) -> None:
@@ -51,20 +67,86 @@ def write_input(folder: Path, n: int, files: int, flood: bool, seed: int = 7) ->
                 )
 
 
-def run_query(spark, kind: str, folder: Path, work: Path, config, quotas) -> tuple[float, list[int], dict]:
+def native(lines, config):
+    """The anchor: Spark's own approximate distinct count per principal and window."""
+    from pyspark.sql import functions as F
+
+    delay = config["pidquota.watermark.delay.ms"]
+    events = lines.select(F.from_json("value", EVENT_SCHEMA).alias("e")).select("e.*")
+    events = events.withColumn("t", F.timestamp_millis("timestamp")).withWatermark(
+        "t", f"{delay} milliseconds"
+    )
+    return events.groupBy(F.window("t", "60 minutes", "15 minutes"), "principal").agg(
+        F.approx_count_distinct("producer_id").alias("pids")
+    )
+
+
+def stages(config, quotas):
+    """name -> (frame builder from lines, uses the real sink)."""
+    from streaming import query as q
+
+    max_principal = config["pidquota.principal.max.length"]
+    return {
+        "read": (lambda lines: lines, False),
+        "parse, strict": (lambda lines: q.strict(lines, max_principal), False),
+        "parse": (lambda lines: q.screened(lines, max_principal), False),
+        "native": (lambda lines: native(lines, config), False),
+        "enforcer": (lambda lines: q.enforcer(lines, config, quotas), True),
+        "enforcer, strict": (lambda lines: q.enforcer(lines, config, quotas, screen=False), True),
+    }
+
+
+def run_stage(spark, name: str, build, real_sink: bool, folder: Path, work: Path) -> dict:
     from streaming import query as q
     from streaming.sink import JsonlSink
 
-    out = work / f"out-{kind}-{folder.name}"
-    lines = q.file_source(spark, str(folder), 1, str(out / "_ck"))
-    frame = q.enforcer(lines, config, quotas) if kind == "enforcer" else q.pass_through(lines, config)
-    sink = JsonlSink(out)
+    out = work / f"{folder.name}-{name.replace(', ', '-')}"
+    frame = build(q.file_source(spark, str(folder), 1, str(out / "_ck")))
+    writer = frame.writeStream.option("checkpointLocation", str(out / "_ck")).trigger(availableNow=True)
+    if real_sink:
+        writer = writer.foreachBatch(JsonlSink(out))
+    else:
+        writer = writer.format("noop").outputMode("update" if name == "native" else "append")
     start = time.perf_counter()
-    query = q.start(frame, sink, str(out / "_ck"), True, 0, name=f"{kind}-{folder.name}")
+    query = writer.start()
     query.awaitTermination()
     secs = time.perf_counter() - start
-    durations = [p["batchDuration"] for p in query.recentProgress if p["numInputRows"]]
-    return secs, durations, dict(sink.totals.rows)
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    state = query.lastProgress.get("stateOperators") or [{}]
+    return {
+        "secs": secs,
+        "durations": [p["batchDuration"] for p in progress],
+        "state_rows": state[0].get("numRowsTotal"),
+        "state_bytes": state[0].get("memoryUsedBytes"),
+        "decisions": _decisions(out) if real_sink else None,
+    }
+
+
+def _decisions(out: Path) -> list[str]:
+    rows = []
+    for f in sorted((out / "decisions").glob("part-*.jsonl")):
+        rows += [line.rsplit(',"batch_id"', 1)[0] for line in f.read_text().splitlines()]
+    return sorted(rows)
+
+
+def report(name: str, n: int, res: dict) -> None:
+    print(f"\n[{name}]")
+    for stage, r in res.items():
+        p50, p99 = np.percentile(r["durations"], 50), np.percentile(r["durations"], 99)
+        state = (
+            f"; state {r['state_rows']:,} rows, {r['state_bytes'] / 2**20:.1f} MiB" if r["state_rows"] else ""
+        )
+        print(
+            f"  {stage:<17} {n / r['secs']:>10,.0f} events/s  ({r['secs']:6.1f} s; "
+            f"batch p50 {p50 / 1000:.2f} s, p99 {p99 / 1000:.2f} s{state})"
+        )
+    rate = {k: n / r["secs"] for k, r in res.items()}
+    print(f"  enforcer / native: {rate['enforcer'] / rate['native']:.2f}")
+    print(f"  parse / parse, strict: {rate['parse'] / rate['parse, strict']:.2f}")
+    same = res["enforcer"]["decisions"] == res["enforcer, strict"]["decisions"]
+    print(
+        f"  decisions identical with the strict parse: {same} ({len(res['enforcer']['decisions']):,} decisions)"
+    )
 
 
 def main() -> None:
@@ -80,29 +162,18 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="pidquota-bench-"))
     try:
         print(
-            f"{args.events:,} events per input, {args.files} batches, master {config['pidquota.spark.master']}"
+            f"{args.events:,} events per input, {args.files} batches, master {config['pidquota.spark.master']}, "
+            f"{config['pidquota.spark.shuffle.partitions']} shuffle partitions"
         )
         warm = work / "warmup"
         write_input(warm, 20_000, 2, flood=False)
-        for kind in ("pass-through", "enforcer"):
-            run_query(spark, kind, warm, work, config, quotas)
+        for name, (build, real) in stages(config, quotas).items():
+            run_stage(spark, name, build, real, warm, work)
         for name, flood in (("realistic", False), ("flood", True)):
             folder = work / name
             write_input(folder, args.events, args.files, flood)
-            res = {k: run_query(spark, k, folder, work, config, quotas) for k in ("pass-through", "enforcer")}
-            (tp, _, _), (te, _, rows_e) = res["pass-through"], res["enforcer"]
-            marginal = args.events / (te - tp) if te > tp else float("inf")
-            print(
-                f"\n[{name}] enforcer wrote {rows_e['decisions']:,} decisions, {rows_e['metrics']:,} metric rows"
-            )
-            for kind, (secs, durs, _) in res.items():
-                p50, p99 = np.percentile(durs, 50), np.percentile(durs, 99)
-                print(
-                    f"  {kind:<13} {args.events / secs:>10,.0f} events/s  ({secs:6.1f} s; "
-                    f"batch p50 {p50 / 1000:.2f} s, p99 {p99 / 1000:.2f} s)"
-                )
-            print(f"  ratio enforcer / pass-through: {tp / te:.2f}")
-            print(f"  stateful operator's own (marginal) rate: {marginal:,.0f} events/s")
+            res = {k: run_stage(spark, k, b, r, folder, work) for k, (b, r) in stages(config, quotas).items()}
+            report(name, args.events, res)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()

@@ -5,8 +5,9 @@ serialised to the Python worker and turned into pandas. Most events are
 repeat sightings of a known PID, so each input partition first folds its
 events (in Arrow, vectorised: ``Table.group_by``) into one row per
 (principal, producer_id) carrying that PID's timestamps and epochs as
-arrays. The operator unfolds them again, so the core sees exactly the same
-sightings and decides exactly the same; only the transport shrinks.
+arrays, and its newest timestamp (for the watermark). The operator
+unfolds them again, so the core sees exactly the same sightings and
+decides exactly the same; only the transport shrinks.
 Dead letters pass through unchanged.
 """
 
@@ -19,7 +20,9 @@ import pyarrow.compute as pc
 
 from streaming.schema import DEAD_PRINCIPAL
 
-COMPACT_SCHEMA = "principal string, producer_id long, timestamps array<long>, epochs array<int>, dead string"
+COMPACT_SCHEMA = (
+    "principal string, producer_id long, timestamps array<long>, epochs array<int>, dead string, max_ts long"
+)
 _OUT = pa.schema(
     [
         ("principal", pa.string()),
@@ -27,6 +30,7 @@ _OUT = pa.schema(
         ("timestamps", pa.list_(pa.int64())),
         ("epochs", pa.list_(pa.int32())),
         ("dead", pa.string()),
+        ("max_ts", pa.int64()),
     ]
 )
 
@@ -46,6 +50,7 @@ def compact(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                     pa.nulls(n, pa.list_(pa.int64())),
                     pa.nulls(n, pa.list_(pa.int32())),
                     dead["dead"].combine_chunks(),
+                    pa.nulls(n, pa.int64()),
                 ],
                 schema=_OUT,
             )
@@ -53,7 +58,7 @@ def compact(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         if not events.num_rows:
             continue
         folded = events.group_by(["principal", "producer_id"], use_threads=False).aggregate(
-            [("timestamp", "list"), ("producer_epoch", "list")]
+            [("timestamp", "list"), ("producer_epoch", "list"), ("timestamp", "max")]
         )
         n = folded.num_rows
         yield pa.RecordBatch.from_arrays(
@@ -63,6 +68,7 @@ def compact(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                 folded["timestamp_list"].combine_chunks().cast(pa.list_(pa.int64())),
                 folded["producer_epoch_list"].combine_chunks().cast(pa.list_(pa.int32())),
                 pa.nulls(n, pa.string()),
+                folded["timestamp_max"].combine_chunks(),
             ],
             schema=_OUT,
         )

@@ -140,8 +140,8 @@ def _record_checks(v: Column, text: Column) -> list[tuple[Column, Column]]:
     ]
 
 
-def parse_events(lines: DataFrame, max_principal: int) -> DataFrame:
-    """``value`` strings in; ``PARSED_COLUMNS`` out.
+def parse_events(lines: DataFrame, max_principal: int, keep: tuple[str, ...] = ()) -> DataFrame:
+    """``value`` strings in; ``PARSED_COLUMNS`` out, then the ``keep`` columns as they were.
 
     Valid events have ``kind = 'E'``; everything else ``kind = 'D'`` with the
     raw text, the first reason found and the record's source. Nothing is
@@ -161,6 +161,7 @@ def parse_events(lines: DataFrame, max_principal: int) -> DataFrame:
         (brackets > MAX_BRACKETS).alias("too_nested"),
         _source(lines).alias("source"),
         *([fallback.alias("kafka_timestamp")] if fallback is not None else []),
+        *keep,
     ).select("*", F.when(~F.col("too_nested"), F.try_parse_json("text")).alias("v"))
     v, text = F.col("v"), F.col("text")
     checks, values = _field_checks(v, text, max_principal, fallback)
@@ -174,6 +175,7 @@ def parse_events(lines: DataFrame, max_principal: int) -> DataFrame:
         reason.alias("reason"),
         *(values[n].alias(n) for n in ("principal", "producer_id", "timestamp")),
         values["producer_epoch"].alias("producer_epoch"),
+        *keep,
     )
     ok = F.col("reason").isNull()
     return checked.select(
@@ -185,4 +187,5 @@ def parse_events(lines: DataFrame, max_principal: int) -> DataFrame:
         F.when(~ok, F.col("raw")).alias("raw"),
         F.col("reason"),
         F.when(~ok, F.col("source")).alias("source"),
+        *keep,
     )

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from conf.errors import ConfigError
@@ -21,12 +23,14 @@ from streaming.schema import (
     KIND_DEAD,
     KIND_DECISION,
     KIND_EVENT,
-    OPERATOR_INPUT_COLUMNS,
     OUTPUT_COLUMNS,
     OUTPUT_SCHEMA,
     PARSED_COLUMNS,
     STATE_SCHEMA,
 )
+from streaming.screen import FOLDED, Screen
+
+COMPACT_COLUMNS = ("principal", "producer_id", "timestamps", "epochs", "dead")
 
 # Spark drops rows older than the watermark before a stateful operator with
 # event-time timeouts, silently. The contract instead judges late events at
@@ -81,21 +85,56 @@ def kafka_source(spark, url, config, stop_flag: str = "") -> DataFrame:
     return spark.readStream.format("pidquota-kafka").options(**options).load()
 
 
-def enforcer(lines: DataFrame, config: Config, quotas: QuotaSource) -> DataFrame:
-    """The enforcer's output rows (``OUTPUT_SCHEMA``) from a stream of lines."""
+def screened(lines: DataFrame, max_principal: int) -> DataFrame:
+    """Lines to the operator's input: one row per (principal, PID) with its
+    sightings (``COMPACT_SCHEMA``), or a dead letter, plus ``max_ts``.
+
+    Plain events are certified and folded in Arrow (``streaming/screen.py``);
+    every other line takes Spark's strict parse, whose expressions see NULL
+    for the certified rows and cost next to nothing there."""
+    others = [c for c in lines.columns if c != "value"]
+    binary = lines.select(F.col("value").cast("binary").alias("value"), *others)
+    screen = Screen(to_arrow_schema(binary.schema), max_principal)
+    schema = from_arrow_schema(pa.schema(list(screen.schema)))
+    out = binary.mapInArrow(screen, schema)
+    check = F.col("check")
+    unchecked = out.select(
+        F.when(check, F.col("value").cast("string")).alias("value"), *others, *(n for n, _ in FOLDED)
+    )
+    parsed = parse_events(unchecked, max_principal, keep=tuple(n for n, _ in FOLDED))
+    event = check & (F.col("kind") == KIND_EVENT)
+    dead = F.when(check & (F.col("kind") == KIND_DEAD), F.to_json(F.struct("raw", "reason", "source")))
+    return parsed.select(
+        F.when(check, F.col("principal")).otherwise(F.col("f_principal")).alias("principal"),
+        F.when(check, F.col("producer_id")).otherwise(F.col("f_producer_id")).alias("producer_id"),
+        F.when(event, F.array("timestamp")).otherwise(F.col("f_timestamps")).alias("timestamps"),
+        F.when(event, F.array("producer_epoch")).otherwise(F.col("f_epochs")).alias("epochs"),
+        dead.alias("dead"),
+        F.when(check, F.col("timestamp")).otherwise(F.col("f_max_ts")).alias("max_ts"),
+    )
+
+
+def strict(lines: DataFrame, max_principal: int) -> DataFrame:
+    """The same rows as :func:`screened`, every line through Spark's strict parse
+    and then folded (the path before the screen; benchmarks compare the two)."""
+    events = parse_events(lines, max_principal)
+    dead = F.when(F.col("kind") == KIND_DEAD, F.to_json(F.struct("raw", "reason", "source")))
+    inputs = events.select("principal", "producer_id", "producer_epoch", "timestamp", dead.alias("dead"))
+    return inputs.mapInArrow(compact, COMPACT_SCHEMA)
+
+
+def enforcer(lines: DataFrame, config: Config, quotas: QuotaSource, screen: bool = True) -> DataFrame:
+    """The enforcer's output rows (``OUTPUT_SCHEMA``) from a stream of lines.
+    ``screen=False`` parses every line strictly (slower, same decisions)."""
     delay = config["pidquota.watermark.delay.ms"]
-    events = parse_events(lines, config["pidquota.principal.max.length"])
-    events = events.withColumn("event_time", F.timestamp_millis("timestamp")).withWatermark(
+    folded = (screened if screen else strict)(lines, config["pidquota.principal.max.length"])
+    folded = folded.withColumn("event_time", F.timestamp_millis("max_ts")).withWatermark(
         "event_time", f"{delay} milliseconds"
     )
     guard = F.lit(None).cast("timestamp").alias("late_guard", metadata={"spark.watermarkDelayMs": delay})
-    dead = F.when(F.col("kind") == KIND_DEAD, F.to_json(F.struct("raw", "reason", "source")))
     judge = make_state_function(quotas, QuotaSettings.from_config(config))
-    folded = events.select(*OPERATOR_INPUT_COLUMNS[:-1], dead.alias("dead")).mapInArrow(
-        compact, COMPACT_SCHEMA
-    )
     return (
-        folded.select("*", guard)
+        folded.select(*COMPACT_COLUMNS, guard)
         .groupBy("principal")
         .applyInPandasWithState(
             judge, OUTPUT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout

@@ -1,0 +1,154 @@
+"""The parse's fast path (streaming/screen.py) certifies only what the strict parse accepts.
+
+The Arrow-only tests pin which records the screen certifies; the Spark tests
+run the screened path and the strict path over the fuzz corpus plus a list of
+traps and require the same events (principal, PID, timestamp, epoch) and the
+same dead letters (raw, reason, source), row for row.
+"""
+
+import json
+from collections import Counter
+
+import fuzz_corpus as fuzz
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from streaming.screen import LEAF_ROWS, Screen
+
+LINES = pa.schema([("value", pa.binary()), ("source_file", pa.string())])
+KAFKA = pa.schema([("value", pa.binary()), ("kafka_topic", pa.string()), ("kafka_timestamp", pa.int64())])
+PLAIN = '{"timestamp": 1767225600000, "principal": "User:a", "producer_id": 7, "producer_epoch": 0}'
+# Valid JSON events or near misses that the screen must leave to the strict parse.
+TRAPS = [
+    '{"timestamp": 5, "principal": "User:a", "producer_id": "7"}',
+    '{"timestamp": 5, "principal": 42, "producer_id": 7}',
+    '{"timestamp": 5.0, "principal": "User:a", "producer_id": 7}',
+    '{"timestamp": 5, "principal": "User:a", "producer_id": 1e2}',
+    '{"timestamp": 5, "principal": "User:a", "producer_id": 99999999999999999999}',
+    '{"timestamp": 5, "principal": "User:a", "principal": "User:b", "producer_id": 7}',
+    '{"timestamp": 5, "principal": "User:a", "producer_id": 7, "x": 1, "x": 2}',
+    '{"timestamp": 5, "principal": "User:\\u0061", "producer_id": 7}',
+    '{"timestamp": 5, "principal": "User:a", "producer_id": 7, "x": {"y": 1}}',
+    '{"timestamp": 5, "principal": "User:a", "producer_id": 7, "x": [1]}',
+    '\ufeff{"timestamp": 5, "principal": "User:a", "producer_id": 7}',
+    ' {"timestamp": 5, "principal": "User:a", "producer_id": 7}',
+    '{"timestamp": 5, "principal": "   ", "producer_id": 7}',
+    '{"timestamp": 5, "principal": "\u00e9\u00e9", "producer_id": 7}',
+    '{"timestamp": 5, "principal": "' + "x" * 300 + '", "producer_id": 7}',
+    '{"timestamp": 5, "principal": null, "producer_id": 7}',
+    '{"timestamp": 5, "principal": "User:a"}',
+    '{"timestamp": -1, "principal": "User:a", "producer_id": 7}',
+    '{"timestamp": 5, "principal": "User:a", "producer_id": 7, "producer_epoch": 32768}',
+    '{"timestamp": 5, "principal": "User:a", "producer_id": 7, "partition": -1}',
+    '{"timestamp": 5, "principal": "User:a", "producer_id": 7, "client_id": 3}',
+    '{"timestamp": 5, "principal": "User:a", "producer_id": 7,}',
+    '{"timestamp": 5, "principal": "User:a", "producer_id": 07}',
+    '{"timestamp": 5, "principal": "User:a", "producer_id": 7} {}',
+    '{"timestamp": 5, "principal": "User:a\tb", "producer_id": 7}',
+    "{}",
+    "",
+]
+
+
+def batch(lines, schema=LINES, kafka_ts=None):
+    values = pa.array([x.encode() if isinstance(x, str) else x for x in lines], pa.binary())
+    if schema is KAFKA:
+        return pa.RecordBatch.from_arrays(
+            [values, pa.array(["t"] * len(lines)), pa.array(kafka_ts)], schema=schema
+        )
+    return pa.RecordBatch.from_arrays([values, pa.array(["f"] * len(lines))], schema=schema)
+
+
+def split(screen, b):
+    """(certified sightings as (principal, pid, ts, epoch), unchecked raw values)."""
+    seen, unchecked = [], []
+    for out in screen([b]):
+        for row in out.to_pylist():
+            if row["check"]:
+                unchecked.append(row["value"].decode())
+            else:
+                n = len(row["f_timestamps"])
+                assert row["f_max_ts"] == max(row["f_timestamps"])
+                seen += zip(  # noqa: B905
+                    [row["f_principal"]] * n, [row["f_producer_id"]] * n, row["f_timestamps"], row["f_epochs"]
+                )
+    return Counter(seen), unchecked
+
+
+def test_plain_events_are_certified_and_folded():
+    screen = Screen(LINES, 256)
+    lines = [PLAIN] * 3 + [PLAIN.replace('"producer_epoch": 0', '"client_id": "c"')]
+    seen, unchecked = split(screen, batch(lines))
+    assert seen == Counter({("User:a", 7, 1767225600000, 0): 3, ("User:a", 7, 1767225600000, -1): 1})
+    assert unchecked == []
+
+
+@pytest.mark.parametrize("trap", TRAPS)
+def test_every_trap_is_left_to_the_strict_parse(trap):
+    """A trap among plenty of plain events: the plain ones stay certified, the trap is not."""
+    lines = [PLAIN] * (3 * LEAF_ROWS) + [trap] + [PLAIN] * (3 * LEAF_ROWS)
+    seen, unchecked = split(Screen(LINES, 256), batch(lines))
+    assert trap in unchecked
+    assert sum(seen.values()) + len(unchecked) == len(lines)
+    assert sum(seen.values()) >= 4 * LEAF_ROWS  # a refused block is narrowed down, not given up
+
+
+def test_kafka_record_time_stands_in_for_a_missing_timestamp():
+    no_ts = '{"principal": "User:a", "producer_id": 7}'
+    seen, unchecked = split(Screen(KAFKA, 256), batch([no_ts, PLAIN], KAFKA, [42, 43]))
+    assert seen == Counter({("User:a", 7, 42, -1): 1, ("User:a", 7, 1767225600000, 0): 1}) and not unchecked
+    seen, unchecked = split(Screen(KAFKA, 256), batch([no_ts], KAFKA, [None]))
+    assert unchecked == [no_ts]
+
+
+# -- both paths through Spark ---------------------------------------------------------------
+
+
+def _rows(spark, frame):
+    """Unfolded sightings and dead letters of a folded frame (``COMPACT_COLUMNS``)."""
+    pdf = frame.toPandas()
+    events, dead = Counter(), Counter()
+    for r in pdf.itertuples():
+        if r.dead is not None:
+            d = json.loads(r.dead)
+            dead[(d["raw"], d["reason"], d.get("source"))] += 1
+        else:
+            for t, e in zip(r.timestamps, r.epochs, strict=True):
+                events[(r.principal, r.producer_id, int(t), int(e))] += 1
+            assert r.max_ts == max(r.timestamps)
+    return events, dead
+
+
+def _compare(spark, lines_df):
+    from streaming.query import screened, strict
+
+    fast_events, fast_dead = _rows(spark, screened(lines_df, 256))
+    slow_events, slow_dead = _rows(spark, strict(lines_df, 256))
+    assert fast_events == slow_events
+    assert fast_dead == slow_dead
+    return fast_events, fast_dead
+
+
+def test_screened_equals_strict_over_the_fuzz_corpus(spark):
+    _, records = fuzz.corpus(936, 3000, 4000)
+    values = [fuzz.as_bytes(line) for line, _ in records] + [t.encode() for t in TRAPS]
+    rng = np.random.default_rng(5)
+    files = [f"file-{k}" for k in rng.integers(0, 4, len(values))]
+    df = spark.createDataFrame(list(zip(values, files, strict=True)), "value binary, source_file string")
+    events, dead = _compare(spark, df.selectExpr("cast(value as string) value", "source_file").repartition(3))
+    assert sum(events.values()) > 3000 and sum(dead.values()) > 4000
+
+
+def test_screened_equals_strict_for_kafka_lines(spark):
+    _, records = fuzz.corpus(937, 500, 500)
+    lines = [fuzz.as_bytes(line) for line, _ in records]
+    lines += [b'{"principal": "User:k", "producer_id": 9}'] * 5  # timestamp from the record
+    rows = [(v, "t", i % 3, i, 1_767_225_600_000 + i) for i, v in enumerate(lines)]
+    df = spark.createDataFrame(
+        rows, "value binary, kafka_topic string, kafka_partition int, kafka_offset long, kafka_timestamp long"
+    ).selectExpr(
+        "cast(value as string) value", "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp"
+    )
+    events, _ = _compare(spark, df)
+    assert sum(n for (p, *_), n in events.items() if p == "User:k") == 5
