@@ -85,6 +85,25 @@ def producer(options: dict, **extra):
     return _connected(KafkaProducer, options, defaults, extra)
 
 
+def fetch_client(options: dict, **extra):
+    """kafka-python's connection layer (``KafkaNetClient``: metadata, connections,
+    requests), bootstrapped, for the Kafka source's own Fetch requests
+    (``streaming/kafka_fetch.py``); the same ``kafka.*`` options as the producer."""
+    from kafka.net.compat import KafkaNetClient
+
+    def bootstrapped(**kwargs):
+        client = KafkaNetClient(**kwargs)
+        try:
+            client.get_broker_version(timeout_ms=kwargs["request_timeout_ms"])
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+    defaults = {"client_id": "pidquota", "request_timeout_ms": 30_000}
+    return _connected(bootstrapped, options, defaults, extra)
+
+
 def consumer(options: dict, **extra):
     """A ``KafkaConsumer`` without auto-commit from pidquota's ``kafka.*`` options."""
     from kafka import KafkaConsumer
