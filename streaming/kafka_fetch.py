@@ -91,7 +91,7 @@ class Decoded:
 
     values: list[pa.Array] = field(default_factory=list)  # string chunks
     offsets: list[np.ndarray] = field(default_factory=list)
-    timestamps: list[np.ndarray] = field(default_factory=list)
+    timestamps: list[pa.Array] = field(default_factory=list)  # null for magic 0 (no timestamps)
     next_offset: int = 0
     complete_batches: int = 0  # 0 with records bytes present: one batch larger than the fetch
 
@@ -186,7 +186,7 @@ def _legacy(entry: memoryview, out: Decoded, start: int, end: int) -> None:
     out.next_offset = max(out.next_offset, last + 1)
     if rows:
         out.offsets.append(np.array([r[0] for r in rows], np.int64))
-        out.timestamps.append(np.array([r[1] for r in rows], np.int64))
+        out.timestamps.append(pa.array([r[1] for r in rows], pa.int64()))
         out.values.append(_strings(pa.array([r[2] for r in rows], pa.binary())))
 
 
@@ -216,7 +216,7 @@ def _flush(run: _Run, out: Decoded, start: int, end: int, where: str) -> None:
     keep = np.flatnonzero((offsets >= start) & (offsets < end))
     if len(keep):
         out.offsets.append(offsets[keep])
-        out.timestamps.append(timestamps[keep])
+        out.timestamps.append(pa.array(timestamps[keep], pa.int64()))
         out.values.append(_gather(buf, val_start[keep], val_len[keep]))
 
 
@@ -303,8 +303,10 @@ def arrow_batches(decoded: Decoded, topic: str, partition: int) -> Iterator[pa.R
     """The decoded rows as record batches of at most :data:`BATCH_ROWS` rows."""
     if not decoded.offsets:
         return
-    values = pa.concat_arrays(decoded.values) if len(decoded.values) > 1 else decoded.values[0]
-    offsets, timestamps = np.concatenate(decoded.offsets), np.concatenate(decoded.timestamps)
+    values, timestamps = (
+        pa.concat_arrays(c) if len(c) > 1 else c[0] for c in (decoded.values, decoded.timestamps)
+    )
+    offsets = np.concatenate(decoded.offsets)
     n = len(offsets)
     whole = pa.RecordBatch.from_arrays(
         [
@@ -312,7 +314,7 @@ def arrow_batches(decoded: Decoded, topic: str, partition: int) -> Iterator[pa.R
             pa.repeat(pa.scalar(topic, pa.string()), n),
             pa.repeat(pa.scalar(partition, pa.int32()), n),
             pa.array(offsets, pa.int64()),
-            pa.array(timestamps, pa.int64()),
+            timestamps,
         ],
         schema=_ARROW,
     )
@@ -420,7 +422,7 @@ def _key(options: dict) -> tuple:
 
 
 @contextmanager
-def lease(options: dict, connect: Callable[[dict], Connection] = Connection) -> Iterator[Connection]:
+def lease(options: dict) -> Iterator[Connection]:
     """A connection for these options: the idle one of this process if it has the same
     options, else a new one (the idle one, for other options, is closed). Handed back
     idle after a clean read; closed after an error."""
@@ -433,7 +435,7 @@ def lease(options: dict, connect: Callable[[dict], Connection] = Connection) -> 
         if owner == os.getpid():  # a forked child must not close its parent's sockets
             other.close()
     if conn is None or pid != os.getpid():
-        conn = connect(options)
+        conn = Connection(options)
     try:
         yield conn
     except BaseException:
@@ -468,8 +470,8 @@ class _Range:
     options: dict
     lost: Callable[[str, dict], None]
     pos: int
-    max_bytes: int = FETCH_BYTES
-    timeout_s: float = 60.0
+    max_bytes: int
+    timeout_s: float
     deadline: float = 0.0
 
     @property
@@ -489,8 +491,10 @@ def read_range(part, lost: Callable[[str, dict], None]) -> Iterator[pa.RecordBat
     from kafka import TopicPartition
 
     opts = part.options
-    at = _Range(TopicPartition(part.topic, part.partition), part.end, opts, lost, part.start)
-    at.timeout_s = int(opts.get("fetchtimeoutms", 60_000)) / 1000
+    timeout_s = int(opts.get("fetchtimeoutms", 60_000)) / 1000
+    at = _Range(
+        TopicPartition(part.topic, part.partition), part.end, opts, lost, part.start, FETCH_BYTES, timeout_s
+    )
     with lease(opts) as conn:
         at.deadline = time.monotonic() + at.timeout_s
         while at.pos < at.end:
@@ -510,7 +514,7 @@ def read_range(part, lost: Callable[[str, dict], None]) -> Iterator[pa.RecordBat
 def _give_up_after_timeout(at: _Range) -> None:
     if time.monotonic() > at.deadline:
         raise KafkaError(
-            f"no data from {at.name} for {at.timeout_s:.0f} s while reading offsets {at.pos}..{at.end - 1} "
+            f"no data from {at.name} for {at.timeout_s:g} s while reading offsets {at.pos}..{at.end - 1} "
             f"from {at.options['kafka.bootstrap.servers']}: is the broker up? "
             "(pidquota.kafka.fetch.timeout.ms sets how long to wait)"
         )

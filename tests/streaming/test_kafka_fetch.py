@@ -8,10 +8,12 @@ pidquota reads read_uncommitted anyway, so aborted records are expected.
 
 import time
 
+import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from store.kafka import KafkaError
 from streaming.kafka_source import KafkaStreamReader
 
 
@@ -154,3 +156,25 @@ def test_output_schema_and_batch_size(kafka, monkeypatch):
     batches = list(rd.read(part))
     assert all(b.schema == _ARROW for b in batches) and max(b.num_rows for b in batches) <= 100
     assert [v for b in batches for v in b.column("value").to_pylist()] == [f"r{i}" for i in range(250)]
+
+
+def test_a_broker_that_stops_answering_fails_the_read_clearly_then_it_resumes(tmp_path):
+    from conftest import Tansu
+
+    broker = Tansu(tmp_path)
+    broker.start()
+    try:
+        broker.produce("stall", [f"s{i}" for i in range(20)], partitions=1)
+        rd = reader(broker, "stall", fetchTimeoutMs="2000", requestTimeoutMs="1000")
+        assert len(read_rows(rd, "stall", {"0": 0}, {"0": 10})) == 10  # leaves a connection idle
+        broker.pause()
+        t0 = time.monotonic()
+        with pytest.raises(KafkaError, match=r"no data from stall-0 for 2 s .* is the broker up\?"):
+            read_rows(rd, "stall", {"0": 10}, {"0": 20})
+        assert time.monotonic() - t0 < 10
+        broker.resume()
+        assert [r["value"] for r in read_rows(rd, "stall", {"0": 10}, {"0": 20})] == [
+            f"s{i}" for i in range(10, 20)
+        ]
+    finally:
+        broker.stop()
