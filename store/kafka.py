@@ -1,6 +1,6 @@
 """The one way pidquota connects to Kafka: URLs, client options, secrets, and the
-producer and consumer factories that the source, the sink and the traffic
-generator all use (so security settings apply everywhere)."""
+producer, consumer and fetch client factories that the source, the sink and the
+traffic generator all use (so security settings apply everywhere)."""
 
 from __future__ import annotations
 

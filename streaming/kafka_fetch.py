@@ -221,21 +221,26 @@ def _flush(run: _Run, out: Decoded, start: int, end: int, where: str) -> None:
 
 
 def _record_bodies(buf: bytes, run: _Run) -> np.ndarray:
-    """Where each record's body starts (after its length varint): the one per-record Python loop."""
+    """Where each record's body starts (after its length varint): the one per-record Python
+    loop. A length is never negative, so its zigzag varint is decoded as ``raw >> 1``."""
     starts, pos = [], 0
     add = starts.append
     for chunk, count in zip(run.chunks, run.counts, strict=True):
         stop = pos + len(chunk)
         for _ in range(count):
             b = buf[pos]
-            if b < 0x80:
-                n, pos = b, pos + 1
-            elif buf[pos + 1] < 0x80:
-                n, pos = (b & 0x7F) | (buf[pos + 1] << 7), pos + 2
+            if b < 0x80:  # 1 byte: records up to 63 bytes
+                pos += 1
+                add(pos)
+                pos += b >> 1
+            elif (c := buf[pos + 1]) < 0x80:  # 2 bytes: up to 8 KiB
+                pos += 2
+                add(pos)
+                pos += ((b & 0x7F) | (c << 7)) >> 1
             else:
-                n, pos = _varint(buf, pos)
-            add(pos)
-            pos += (n >> 1) ^ -(n & 1)
+                raw, pos = _varint(buf, pos)
+                add(pos)
+                pos += raw >> 1
         if pos != stop:
             raise IndexError("records do not fill their batch")
     return np.array(starts, np.int64)
