@@ -111,40 +111,68 @@ class _Run:
     log_append: list = field(default_factory=list)
 
 
-def decode(records: bytes, start: int, end: int, where: str = "") -> Decoded:
-    """Decode a Fetch response's ``records`` bytes: the rows with start <= offset < end.
+@dataclass
+class Walk:
+    """A Fetch response's complete batches that may hold rows in [start, end), found from
+    their headers alone (cheap), and the offset after them: enough to send the next Fetch
+    before the records are decoded."""
 
-    ``next_offset`` is past every complete batch read (control batches and
-    compaction gaps included), or ``start`` if there was none; ``where`` names the
-    topic-partition in errors.
-    """
-    out, run, pos, size = Decoded(next_offset=start), _Run(), 0, len(records)
-    view = memoryview(records)
+    records: bytes
+    start: int
+    end: int
+    spans: list[tuple[int, int, int]] = field(default_factory=list)  # (position, stop, magic)
+    next_offset: int = 0
+    complete_batches: int = 0  # 0 with records bytes present: one batch larger than the fetch
+
+
+def walk(records: bytes, start: int, end: int) -> Walk:
+    """The batches of ``records`` to decode for [start, end). ``next_offset`` is past every
+    complete batch (control batches and compaction gaps included), or ``start``."""
+    out, pos, size = Walk(records, start, end, next_offset=start), 0, len(records)
     while pos + 17 <= size:  # offset, length, then the magic byte, in both formats
         base, length, _, magic = struct.unpack_from(">qiib", records, pos)
         stop = pos + 12 + length
         if stop > size or (magic >= 2 and base >= end):
             break  # a batch cut short by the fetch size, or past the range
         out.complete_batches += 1
+        last, rows = base, True  # a legacy entry's offset is its last (inner) offset: always decoded
+        if magic >= 2:
+            attrs, last_delta = struct.unpack_from(">hi", records, pos + 21)
+            last = base + last_delta
+            count = struct.unpack_from(">i", records, pos + 57)[0]
+            rows = not attrs & 0x20 and count > 0 and last >= out.next_offset  # not a marker, nor empty
+        if rows:
+            out.spans.append((pos, stop, magic))
+        out.next_offset = max(out.next_offset, last + 1)
+        pos = stop
+    return out
+
+
+def decode_rows(batches: Walk, where: str = "") -> Decoded:
+    """The rows with start <= offset < end of the walked batches; ``where`` names the
+    topic-partition in errors."""
+    start, end = batches.start, batches.end
+    out = Decoded(next_offset=batches.next_offset, complete_batches=batches.complete_batches)
+    run, view = _Run(), memoryview(batches.records)
+    for pos, stop, magic in batches.spans:
         if magic < 2:
             _flush(run, out, start, end, where)
             run = _Run()
             _legacy(view[pos:stop], out, start, end)
         else:
-            last = _add_batch(view, pos, stop, run, out.next_offset, where)
-            out.next_offset = max(out.next_offset, last + 1)
-        pos = stop
+            _add_batch(view, pos, stop, run, where)
     _flush(run, out, start, end, where)
     return out
 
 
-def _add_batch(view: memoryview, pos: int, stop: int, run: _Run, first: int, where: str) -> int:
-    """Add one magic-2 batch to ``run`` unless it is a control batch or all before ``first``;
-    return its last offset."""
-    base, _, _, _, _, attrs, last_delta, base_ts, max_ts, _, _, _, count = _HEADER.unpack_from(view, pos)
-    last = base + last_delta
-    if attrs & 0x20 or last < first or not count:
-        return last  # a transaction marker, already read, or emptied by compaction
+def decode(records: bytes, start: int, end: int, where: str = "") -> Decoded:
+    """Decode a Fetch response's ``records`` bytes: the rows with start <= offset < end."""
+    return decode_rows(walk(records, start, end), where)
+
+
+def _add_batch(view: memoryview, pos: int, stop: int, run: _Run, where: str) -> None:
+    """Add one magic-2 batch's records (decompressed) and facts to ``run``."""
+    base, _, _, _, _, attrs, _, base_ts, max_ts, _, _, _, count = _HEADER.unpack_from(view, pos)
     chunk = view[pos + _HEADER.size : stop]
     if attrs & 0x07:
         chunk = _decompress(attrs & 0x07, chunk, f"{where} offset {base}")
@@ -153,7 +181,6 @@ def _add_batch(view: memoryview, pos: int, stop: int, run: _Run, first: int, whe
     run.base_offsets.append(base)
     run.base_timestamps.append(max_ts if attrs & 0x08 else base_ts)
     run.log_append.append(bool(attrs & 0x08))
-    return last
 
 
 def _decompress(codec: int, chunk: memoryview, where: str) -> bytes:
@@ -182,8 +209,6 @@ def _legacy(entry: memoryview, out: Decoded, start: int, end: int) -> None:
         for r in batch
         if start <= r.offset < end
     ]
-    last = struct.unpack_from(">q", entry, 0)[0]  # a wrapper message carries its last inner offset
-    out.next_offset = max(out.next_offset, last + 1)
     if rows:
         out.offsets.append(np.array([r[0] for r in rows], np.int64))
         out.timestamps.append(pa.array([r[1] for r in rows], pa.int64()))
@@ -369,7 +394,11 @@ class Connection:
             raise future.exception
 
     def fetch(self, tp, node: int, offset: int, max_bytes: int):
-        """One Fetch (read_uncommitted) of one partition: its response's partition data."""
+        """One Fetch of one partition: its response's partition data."""
+        return self.receive(self.send(tp, node, offset, max_bytes))
+
+    def send(self, tp, node: int, offset: int, max_bytes: int):
+        """Send a Fetch (read_uncommitted) of one partition now; :meth:`receive` its answer."""
         from kafka.protocol.consumer import FetchRequest
 
         part = FetchRequest.FetchTopic.FetchPartition(
@@ -391,8 +420,23 @@ class Connection:
             rack_id="",
             max_version=12,  # v13+ names topics by id
         )
-        response = self.client.send_and_receive(node, request, timeout_ms=self.timeout_ms + FETCH_WAIT_MS)
-        return response.responses[0].partitions[0]
+        self.client.await_ready(node, timeout_ms=self.timeout_ms)
+        future = self.client.send(node, request)
+        for _ in range(3):  # the write waits one selector round for the socket to be writable
+            self.client.poll(timeout_ms=0)  # then the broker works on it while the caller decodes
+        return future
+
+    def receive(self, future):
+        """The partition data of a Fetch that :meth:`send` sent."""
+        if not future.is_done:
+            self.client.poll(timeout_ms=self.timeout_ms + FETCH_WAIT_MS, future=future)
+        if not future.is_done:
+            from kafka.errors import KafkaTimeoutError
+
+            raise KafkaTimeoutError(f"no Fetch response in {self.timeout_ms + FETCH_WAIT_MS} ms")
+        if future.failed():
+            raise future.exception
+        return future.value.responses[0].partitions[0]
 
     def list_offset(self, tp, node: int, spec: int) -> int:
         """ListOffsets: -2 the log start, -1 the log end."""
@@ -478,6 +522,7 @@ class _Range:
     max_bytes: int
     timeout_s: float
     deadline: float = 0.0
+    ahead: tuple | None = None  # (leader, the Fetch in flight for ``pos``)
 
     @property
     def name(self) -> str:
@@ -506,11 +551,12 @@ def read_range(part, lost: Callable[[str, dict], None]) -> Iterator[pa.RecordBat
             records = _fetch(conn, at)
             if records is None:
                 return  # the partition is gone, and failOnDataLoss is false
-            got = decode(records, at.pos, at.end, at.name) if records else Decoded(next_offset=at.pos)
-            if got.next_offset > at.pos:
-                at.pos, at.deadline = got.next_offset, time.monotonic() + at.timeout_s
-                yield from arrow_batches(got, at.tp.topic, at.tp.partition)
-            elif records and not got.complete_batches:
+            batches = walk(records, at.pos, at.end)
+            if batches.next_offset > at.pos:
+                at.pos, at.deadline = batches.next_offset, time.monotonic() + at.timeout_s
+                _send_ahead(conn, at)  # the next Fetch is served while these rows are decoded
+                yield from arrow_batches(decode_rows(batches, at.name), at.tp.topic, at.tp.partition)
+            elif records and not batches.complete_batches:
                 at.max_bytes = min(2 * at.max_bytes, MAX_RESPONSE)  # one batch larger than the fetch
             else:
                 _give_up_after_timeout(at)
@@ -531,11 +577,14 @@ def _fetch(conn: Connection, at: _Range) -> bytes | None:
     import kafka.errors as errors
 
     try:
-        node = conn.leader(at.tp)
-        if node is None:
-            at.lost(f"{at.name} no longer exists (the topic was deleted or recreated?)", at.options)
-            return None
-        data = conn.fetch(at.tp, node, at.pos, at.max_bytes)
+        if at.ahead is None:
+            node = conn.leader(at.tp)
+            if node is None:
+                at.lost(f"{at.name} no longer exists (the topic was deleted or recreated?)", at.options)
+                return None
+            at.ahead = (node, conn.send(at.tp, node, at.pos, at.max_bytes))
+        (node, pending), at.ahead = at.ahead, None
+        data = conn.receive(pending)
         if data.error_code == OFFSET_OUT_OF_RANGE:
             return _out_of_range(conn, node, at)
         if data.error_code:
@@ -553,6 +602,21 @@ def _fetch(conn: Connection, at: _Range) -> bytes | None:
             conn.client.cluster.request_update()
         time.sleep(RETRY_S)
         return b""
+
+
+def _send_ahead(conn: Connection, at: _Range) -> None:
+    """Send the Fetch for ``at.pos`` now, if the range goes on (else nothing is left in
+    flight on a connection handed back idle). A failure here is retried by :func:`_fetch`."""
+    import kafka.errors as errors
+
+    if at.pos >= at.end:
+        return
+    try:
+        node = conn.leader(at.tp)
+        if node is not None:
+            at.ahead = (node, conn.send(at.tp, node, at.pos, at.max_bytes))
+    except errors.KafkaError as exc:
+        log.debug("sending the next Fetch of %s at %d: %s", at.name, at.pos, exc)
 
 
 def _out_of_range(conn: Connection, node: int, at: _Range) -> bytes | None:

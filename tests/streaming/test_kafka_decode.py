@@ -188,8 +188,12 @@ class FakeBroker:
     def leader(self, tp):
         return 0 if self.exists else None
 
-    def fetch(self, tp, node, offset, max_bytes):
+    def send(self, tp, node, offset, max_bytes):
         self.fetches.append((offset, max_bytes))
+        return offset, max_bytes
+
+    def receive(self, sent):
+        offset, max_bytes = sent
         if offset < self.log_start:
             return SimpleNamespace(error_code=kafka_fetch.OFFSET_OUT_OF_RANGE, records=b"")
         return SimpleNamespace(error_code=0, records=self.log[: max_bytes if max_bytes < 1000 else None])
