@@ -12,8 +12,11 @@ vectorised. No Python object is made per record, and no CRC is checked (the
 broker checks it when the batch is produced; kafka-python's pure-Python CRC-32C
 was most of the old path's time).
 
-One connection per Python worker process is kept between reads (and triggers)
-for the same connection options; a read with other options closes it.
+Each response is first walked by its batch headers alone (:func:`walk`), which
+gives the next offset to fetch; that Fetch is sent at once and the broker
+serves it while this response is decoded (:func:`decode_rows`) and handed to
+Spark. One connection per Python worker process is kept between reads (and
+triggers) for the same connection options; a read with other options closes it.
 
 Isolation is read_uncommitted, like the end offsets the driver plans with (the
 high watermark): records of aborted transactions are read too, and the

@@ -271,3 +271,34 @@ def test_a_batch_larger_than_the_fetch_size_grows_the_fetch(fake, monkeypatch):
     monkeypatch.setattr(kafka_fetch, "Connection", with_big)
     assert read(0, 1) == ["x" * 500]
     assert [m for _, m in FakeBroker.instances[0].fetches] == [64, 128, 256, 512, 1024]
+
+
+def test_the_fetch_client_gets_the_security_options(monkeypatch):
+    import kafka.net.compat
+
+    from store.kafka import fetch_client
+
+    seen = {}
+
+    class Client:
+        def __init__(self, **kwargs):
+            seen.update(kwargs)
+
+        def get_broker_version(self, timeout_ms):
+            raise kafka.errors.KafkaTimeoutError("no broker")
+
+        def close(self):
+            seen["closed"] = True
+
+    monkeypatch.setattr(kafka.net.compat, "KafkaNetClient", Client)
+    options = {
+        "kafka.bootstrap.servers": "b1:9093",
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "PLAIN",
+        "kafka.sasl.username": "u",
+        "kafka.sasl.password": "p",
+    }
+    with pytest.raises(KafkaError, match=r"cannot connect to Kafka at b1:9093: KafkaTimeoutError"):
+        fetch_client(options, request_timeout_ms=1000)
+    assert seen["security_protocol"] == "SASL_SSL" and seen["sasl_plain_password"] == "p"
+    assert seen["bootstrap_servers"] == ["b1:9093"] and seen["closed"]
