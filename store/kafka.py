@@ -1,6 +1,6 @@
 """The one way pidquota connects to Kafka: URLs, client options, secrets, and the
-producer and consumer factories that the source, the sink and the traffic
-generator all use (so security settings apply everywhere)."""
+producer, consumer and fetch client factories that the source, the sink and the
+traffic generator all use (so security settings apply everywhere)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,25 @@ def producer(options: dict, **extra):
 
     defaults = {"enable_idempotence": True, "acks": "all", "linger_ms": 20, "client_id": "pidquota"}
     return _connected(KafkaProducer, options, defaults, extra)
+
+
+def fetch_client(options: dict, **extra):
+    """kafka-python's connection layer (``KafkaNetClient``: metadata, connections,
+    requests), bootstrapped, for the Kafka source's own Fetch requests
+    (``streaming/kafka_fetch.py``); the same ``kafka.*`` options as the producer."""
+    from kafka.net.compat import KafkaNetClient
+
+    def bootstrapped(**kwargs):
+        client = KafkaNetClient(**kwargs)
+        try:
+            client.get_broker_version(timeout_ms=kwargs["request_timeout_ms"])
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+    defaults = {"client_id": "pidquota", "request_timeout_ms": 30_000}
+    return _connected(bootstrapped, options, defaults, extra)
 
 
 def consumer(options: dict, **extra):

@@ -198,63 +198,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executor side -------------------------------------------------------------------
     def read(self, partition: KafkaRange) -> Iterator[pa.RecordBatch]:
-        from kafka import TopicPartition
+        from streaming.kafka_fetch import read_range  # Fetch requests decoded straight into Arrow
 
-        opts = partition.options
-        tp = TopicPartition(partition.topic, partition.partition)
-        consumer = _consumer(opts, fetch_max_wait_ms=100, max_partition_fetch_bytes=4 << 20)
-        try:
-            consumer.assign([tp])
-            first = consumer.beginning_offsets([tp])[tp]
-            pos = partition.start
-            if first > pos:
-                _lost(
-                    f"{tp.topic}-{tp.partition} offsets {pos}..{first - 1} were deleted before they were read",
-                    opts,
-                )
-                pos = first
-            consumer.seek(tp, pos)
-            timeout_s = int(opts.get("fetchtimeoutms", 60_000)) / 1000
-            deadline = time.monotonic() + timeout_s
-            cols: tuple[list, ...] = ([], [], [], [], [])
-            while pos < partition.end:
-                batch = consumer.poll(timeout_ms=500, max_records=_BATCH_ROWS).get(tp, [])
-                if not batch:
-                    if time.monotonic() > deadline:
-                        raise KafkaError(
-                            f"no data from {tp.topic}-{tp.partition} for {timeout_s:.0f} s while reading offsets "
-                            f"{pos}..{partition.end - 1} from {opts['kafka.bootstrap.servers']}: is the broker up?"
-                        )
-                    continue
-                deadline = time.monotonic() + timeout_s
-                for rec in batch:
-                    if rec.offset >= partition.end:
-                        break
-                    cols[0].append(rec.value.decode("utf-8", "replace") if rec.value is not None else None)
-                    cols[3].append(rec.offset)
-                    cols[4].append(rec.timestamp)
-                pos = batch[-1].offset + 1
-                if len(cols[0]) >= _BATCH_ROWS or pos >= partition.end:
-                    yield _record_batch(cols, tp)
-                    cols = ([], [], [], [], [])
-            if cols[0]:
-                yield _record_batch(cols, tp)
-        finally:
-            consumer.close()
-
-
-def _record_batch(cols, tp) -> pa.RecordBatch:
-    n = len(cols[0])
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(cols[0], pa.string()),
-            pa.array([tp.topic] * n, pa.string()),
-            pa.array([tp.partition] * n, pa.int32()),
-            pa.array(cols[3], pa.int64()),
-            pa.array(cols[4], pa.int64()),
-        ],
-        schema=_ARROW,
-    )
+        return read_range(partition, _lost)
 
 
 class KafkaDataSource(DataSource):
