@@ -19,6 +19,8 @@ CLIENT_OPTIONS = {
     "kafka.ssl.cafile": "ssl_cafile",
 }
 SECRET_OPTIONS = {"kafka.sasl.password"}
+DEFAULT_PORT = 9092  # Kafka's: a broker address without a port means this one
+URL_FORM = f"kafka://HOST[:PORT][,HOST[:PORT]...]/TOPIC (PORT defaults to {DEFAULT_PORT})"
 
 
 class KafkaError(PidquotaError):
@@ -32,10 +34,30 @@ class KafkaUrl:
 
     @classmethod
     def parse(cls, url: str) -> KafkaUrl:
+        """``kafka://HOST[:PORT][,HOST[:PORT]...]/TOPIC``; ``bootstrap`` names every port (default 9092)."""
         m = re.match(r"^kafka://([^/]+)/([A-Za-z0-9._-]+)$", url)
         if not m:
-            raise ConfigError(f"{url!r} is not a Kafka URL; use kafka://HOST:PORT[,HOST:PORT]/TOPIC")
-        return cls(m.group(1), m.group(2))
+            raise ConfigError(f"{url!r} is not a Kafka URL; use {URL_FORM}")
+        try:
+            return cls(with_ports(m.group(1)), m.group(2))
+        except ConfigError as exc:
+            raise ConfigError(f"{url!r} is not a Kafka URL: {exc}; use {URL_FORM}") from None
+
+
+def with_ports(hosts: str) -> str:
+    """``HOST[:PORT],...`` with every port written out: a host without one gets 9092."""
+    out = []
+    for host in hosts.split(","):
+        m = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(\d{1,5}))?", host.strip())
+        if not m or not 0 < int(m.group(2) or DEFAULT_PORT) < 65536:
+            raise ConfigError(f"{host!r} is not HOST or HOST:PORT with a port from 1 to 65535")
+        out.append(f"{m.group(1)}:{m.group(2) or DEFAULT_PORT}")
+    return ",".join(out)
+
+
+def with_port(host: str) -> str:
+    """One broker address as Kafka clients read it (no checks): without a port, port 9092."""
+    return host if re.search(r":\d+$", host) else f"{host}:{DEFAULT_PORT}"
 
 
 def normalized(options) -> dict:

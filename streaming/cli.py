@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--input",
         metavar="PATH|URL",
-        help="JSON-lines file or folder, or kafka://HOST:PORT/TOPIC (default: demo)",
+        help="JSON-lines file or folder, or kafka://HOST[:PORT]/TOPIC (port 9092 unless given; default: demo)",
     )
     run.add_argument("--output", metavar="DIR", default="pidquota-out", help="output folder (%(default)s)")
     run.add_argument(
@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
             f"--{kind}-topic",
             metavar="TOPIC|URL",
             help=f"also send {kind.replace('-', ' ')} to this Kafka topic (a name on the input's cluster, "
-            "or kafka://HOST:PORT/TOPIC)",
+            "or kafka://HOST[:PORT]/TOPIC)",
         )
     run.add_argument(
         "--quota-store",
@@ -258,7 +258,7 @@ def kafka_outputs(config, input_url: str | None) -> dict | None:
     if bootstrap is None:
         if input_url is None:
             raise PidquotaError(
-                "an output topic given by name needs a Kafka input; with a file input use kafka://HOST:PORT/TOPIC"
+                "an output topic given by name needs a Kafka input; with a file input use kafka://HOST[:PORT]/TOPIC"
             )
         bootstrap = KafkaUrl.parse(input_url).bootstrap
     return {"kafka.bootstrap.servers": bootstrap, **security_options(config), **topics}

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from conf.errors import ConfigError, PidquotaError
 from conf.paths import local_path
+from store.kafka import with_port
 
 MARKER = "pidquota-source.json"
 OUTPUT_CHILDREN = frozenset({"decisions", "metrics", "dead-letters", "_checkpoint"})
@@ -71,8 +72,9 @@ class Source:
         return f"Kafka topic {', '.join(map(repr, self.topics))}"
 
     def bootstrap(self) -> set[str]:
+        """The brokers, each with its port (a marker may have none: Kafka's 9092 then)."""
         hosts = (self.input or "kafka:///").removeprefix("kafka://").partition("/")[0]
-        return {h.strip().lower() for h in hosts.split(",") if h.strip()}
+        return {with_port(h.strip().lower()) for h in hosts.split(",") if h.strip()}
 
 
 def _without_credentials(url: str) -> str:
@@ -95,7 +97,7 @@ def check_flags(args, kafka_input: bool) -> None:
         )
     if args.starting_offsets and not kafka_input:
         raise ConfigError(
-            "--starting-offsets applies to a Kafka input (kafka://HOST:PORT/TOPIC) only; "
+            "--starting-offsets applies to a Kafka input (kafka://HOST[:PORT]/TOPIC) only; "
             f"{'the demo' if demo else 'a file input'} has no offsets to start from (drop it)"
         )
 
