@@ -4,6 +4,7 @@ generator all use (so security settings apply everywhere)."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -58,6 +59,49 @@ def with_ports(hosts: str) -> str:
 def with_port(host: str) -> str:
     """One broker address as Kafka clients read it (no checks): without a port, port 9092."""
     return host if re.search(r":\d+$", host) else f"{host}:{DEFAULT_PORT}"
+
+
+def parse_starting_offsets(text: str) -> str | int | dict:
+    """``startingOffsets``: ``earliest``, ``latest``, a timestamp in ms, or a JSON map
+    ``{"TOPIC": {"PARTITION": OFFSET}}`` where OFFSET is >= 0, or Spark's -1 (that partition's
+    latest) or -2 (its earliest). Returns the word, the timestamp, or the map with string keys."""
+    how = str(text).strip()
+    if how in ("earliest", "latest"):
+        return how
+    if how.lstrip("-").isdigit():
+        if int(how) < 0:
+            raise ConfigError(
+                f"startingOffsets {how} is a negative timestamp; give ms since the epoch, earliest or latest"
+            )
+        return int(how)
+    try:
+        given = json.loads(how)
+    except json.JSONDecodeError:
+        given = None
+    if not isinstance(given, dict) or not given:
+        raise ConfigError(
+            f"startingOffsets {how!r} is not earliest, latest, a timestamp in ms or a JSON offset map "
+            'such as {"TOPIC": {"0": 42}}'
+        )
+    return {topic: _partition_offsets(topic, parts) for topic, parts in given.items()}
+
+
+def _partition_offsets(topic: str, parts) -> dict[str, int]:
+    if not isinstance(parts, dict):
+        raise ConfigError(
+            f'startingOffsets gives topic {topic!r} {parts!r}; give a map of partition to offset, e.g. {{"0": 42}}'
+        )
+    out = {}
+    for p, off in parts.items():
+        if not str(p).isdigit():
+            raise ConfigError(f"startingOffsets names partition {p!r} of {topic!r}; a partition is a number")
+        if type(off) is not int or off < -2:
+            raise ConfigError(
+                f"startingOffsets gives {topic}-{p} the offset {off!r}; "
+                "an offset is a number >= 0, or -1 (latest) or -2 (earliest)"
+            )
+        out[str(int(p))] = off
+    return out
 
 
 def normalized(options) -> dict:

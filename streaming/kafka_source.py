@@ -11,7 +11,6 @@ high watermark is right, so this source reads exactly to the true end on both.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -21,7 +20,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
-from store.kafka import KafkaError, consumer, normalized, safe_options
+from store.kafka import KafkaError, consumer, normalized, parse_starting_offsets, safe_options
 from streaming import stopping
 
 SCHEMA = "value string, kafka_topic string, kafka_partition int, kafka_offset long, kafka_timestamp long"
@@ -114,28 +113,30 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         tps = self._partitions()
-        how = self.options.get("startingoffsets", "earliest").strip()
+        how = parse_starting_offsets(self.options.get("startingoffsets", "earliest"))
         if how == "earliest":
             return self._map(self.client.beginning_offsets(tps))
         if how == "latest":
             return self._map(self._end_offsets(tps))
-        if how.lstrip("-").isdigit():  # a timestamp in ms: ListOffsets by time
-            found = self.client.offsets_for_times({tp: int(how) for tp in tps})
+        if isinstance(how, int):  # a timestamp in ms: ListOffsets by time
+            found = self.client.offsets_for_times({tp: how for tp in tps})
             ends = self._end_offsets(tps)
             return self._map({tp: (found[tp].offset if found[tp] else ends[tp]) for tp in tps})
-        try:
-            given = json.loads(how)
-        except json.JSONDecodeError:
-            raise KafkaError(
-                f"startingOffsets {how!r} is not earliest, latest, a timestamp in ms or a JSON offset map"
-            ) from None
-        earliest = self._map(self.client.beginning_offsets(tps))
+        return self._given(tps, how)
+
+    def _given(self, tps, given: dict) -> dict:
+        """A JSON offset map: -1 is the partition's end and -2 its beginning (Spark's convention);
+        a partition it leaves out starts at its beginning."""
+        out = self._map(self.client.beginning_offsets(tps))
+        latest = any(-1 in parts.values() for parts in given.values())
+        ends = self._map(self._end_offsets(tps)) if latest else {}
         for topic, parts in given.items():
             for p, off in parts.items():
-                if topic not in earliest or str(p) not in earliest[topic]:
+                if p not in out.get(topic, {}):
                     raise KafkaError(f"startingOffsets names {topic}-{p}, which does not exist")
-                earliest[topic][str(p)] = int(off)
-        return earliest
+                if off != -2:
+                    out[topic][p] = ends[topic][p] if off == -1 else off
+        return out
 
     def prepareForTriggerAvailableNow(self) -> None:
         """availableNow: read what is there now, in batches of maxOffsetsPerTrigger."""

@@ -4,11 +4,12 @@ check, against Tansu and without Spark: the reader is driven directly, as Spark'
 Issue 10, items 2-7.
 """
 
+import re
 from pathlib import Path
 
 import pytest
 
-from conf.errors import ConfigError
+from conf.errors import ConfigError, PidquotaError
 from store.kafka import KafkaUrl
 from streaming.kafka_source import KafkaStreamReader
 
@@ -43,6 +44,35 @@ def reader(kafka, topic: str, **options) -> KafkaStreamReader:
 
 def total(start: dict, end: dict) -> int:
     return sum(end[t][p] - start.get(t, {}).get(p, 0) for t in end for p in end[t])
+
+
+# 2. startingOffsets: Spark's -1 (latest) and -2 (earliest) ---------------------------------------
+
+
+def test_starting_offsets_minus_one_is_latest_and_minus_two_is_earliest(kafka):
+    produce_to(kafka, "conv1", [7, 5, 3])
+    ends = true_ends(kafka, "conv1")
+    assert ends == {"0": 7, "1": 5, "2": 3}
+    given = '{"conv1": {"0": -1, "1": -2, "2": 1}}'
+    assert reader(kafka, "conv1", startingOffsets=given).initialOffset() == {
+        "conv1": {"0": 7, "1": 0, "2": 1}
+    }
+
+
+@pytest.mark.parametrize(
+    "given, named",
+    [
+        ('{"conv": {"0": -3}}', "-3"),
+        ('{"conv": {"0": "5"}}', "'5'"),
+        ('{"conv": {"0": 1.5}}', "1.5"),
+        ('{"conv": [1, 2]}', "[1, 2]"),
+        ("-5", "-5"),
+    ],
+)
+def test_other_negative_or_odd_starting_offsets_are_refused_naming_the_value(kafka, given, named):
+    produce_to(kafka, "conv", [7, 5, 3])
+    with pytest.raises(PidquotaError, match="startingOffsets .*" + re.escape(named)):
+        reader(kafka, "conv", startingOffsets=given).initialOffset()
 
 
 # 7. the broker address: a default port, and a start-up check before Spark ---------------------
