@@ -47,11 +47,14 @@ def _consumer(options: dict, **extra):
 
 
 def _lost(what: str, options: dict) -> None:
+    """Data the query needs is gone: fail (the default), or with failOnDataLoss=false log a
+    warning naming what is skipped and carry on."""
     if options.get("failondataloss", "true").lower() == "true":
         raise KafkaError(
             f"data loss: {what}. The query cannot resume where it stopped; set "
             "pidquota.kafka.fail.on.data.loss=false to skip what is gone and carry on"
         )
+    log.warning("data loss skipped (pidquota.kafka.fail.on.data.loss=false): %s", what)
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -156,10 +159,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for p in parts:
                 start.setdefault(topic, {}).setdefault(p, begins[topic][p])
         for topic, parts in start.items():  # partitions that disappeared
-            for p in parts:
+            for p, off in parts.items():
                 if p not in ends.get(topic, {}):
                     _lost(
-                        f"{topic}-{p} no longer exists (the topic was recreated with fewer partitions?)",
+                        f"{topic}-{p} no longer exists (the topic was recreated with fewer partitions?); "
+                        f"what it held from offset {off} on is not read",
                         self.options,
                     )
         if isinstance(limit, ReadMaxRows) or (
@@ -185,7 +189,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     ranges.append(KafkaRange(topic, int(p), int(since), int(until), self.options))
                 elif until < since:
                     _lost(
-                        f"{topic}-{p} went back from offset {since} to {until} (truncated or recreated)",
+                        f"{topic}-{p} went back from offset {since} to {until} (truncated or recreated); "
+                        f"reading goes on from offset {until}",
                         self.options,
                     )
         return ranges

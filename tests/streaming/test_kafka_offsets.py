@@ -4,10 +4,14 @@ check, against Tansu and without Spark: the reader is driven directly, as Spark'
 Issue 10, items 2-7.
 """
 
+import logging
 import re
 from pathlib import Path
 
 import pytest
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+)
 
 from conf.errors import ConfigError, PidquotaError
 from store.kafka import KafkaUrl
@@ -73,6 +77,22 @@ def test_other_negative_or_odd_starting_offsets_are_refused_naming_the_value(kaf
     produce_to(kafka, "conv", [7, 5, 3])
     with pytest.raises(PidquotaError, match="startingOffsets .*" + re.escape(named)):
         reader(kafka, "conv", startingOffsets=given).initialOffset()
+
+
+# 5. gaps skipped with failOnDataLoss=false are logged -----------------------------------------
+
+
+def test_a_skipped_gap_is_a_warning_naming_partition_and_offsets(kafka, caplog):
+    produce_to(kafka, "gaps", [3])
+    lenient = reader(kafka, "gaps", failOnDataLoss="false")
+    with caplog.at_level(logging.WARNING, logger="pidquota.kafka"):
+        assert lenient.partitions({"gaps": {"0": 50}}, {"gaps": {"0": 3}}) == []
+        lenient.latestOffset({"gaps": {"0": 0, "7": 4}}, ReadAllAvailable())
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert "gaps-0" in warnings[0] and "50" in warnings[0] and "3" in warnings[0]
+    assert "gaps-7" in warnings[1] and "offset 4" in warnings[1]
+    assert all("fail.on.data.loss" in w for w in warnings)
 
 
 # 7. the broker address: a default port, and a start-up check before Spark ---------------------
