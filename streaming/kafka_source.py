@@ -12,13 +12,17 @@ high watermark is right, so this source reads exactly to the true end on both.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 
 from store.kafka import KafkaError, consumer, normalized, parse_starting_offsets, safe_options
 from streaming import stopping
@@ -55,6 +59,25 @@ def _lost(what: str, options: dict) -> None:
             "pidquota.kafka.fail.on.data.loss=false to skip what is gone and carry on"
         )
     log.warning("data loss skipped (pidquota.kafka.fail.on.data.loss=false): %s", what)
+
+
+def share(available: dict, budget: int) -> dict:
+    """Split ``budget`` records over partitions in proportion to what each has ``available``,
+    never more in total: each gets its share rounded down, then the records left over go one
+    each to the largest remainders (then the longest backlogs). ``budget >= 1`` always moves."""
+    total = sum(available.values())
+    if total <= budget:
+        return dict(available)
+    take = {k: budget * n // total for k, n in available.items()}
+    left = budget - sum(take.values())
+    ranked = sorted(available, key=lambda k: (-(budget * available[k] % total), -available[k], k))
+    for k in ranked[:left]:  # a remainder > 0 means its share is below what it has
+        take[k] += 1
+    return take
+
+
+def _copy(offsets: dict) -> dict:
+    return {topic: dict(parts) for topic, parts in offsets.items()}
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -114,6 +137,20 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out.setdefault(tp.topic, {})[str(tp.partition)] = int(off)
         return out
 
+    def _starts(self, start: dict, ends: dict) -> dict:
+        """A copy of ``start`` (Spark's, not changed) plus the partitions of ``ends`` it lacks,
+        which are new: they start at their beginning offset, as in Spark's Kafka connector."""
+        from kafka import TopicPartition
+
+        out = _copy(start)
+        new = [
+            TopicPartition(t, int(p)) for t, parts in ends.items() for p in parts if p not in out.get(t, {})
+        ]
+        if new:
+            for topic, parts in self._map(self.client.beginning_offsets(new)).items():
+                out.setdefault(topic, {}).update(parts)
+        return out
+
     def initialOffset(self) -> dict:
         tps = self._partitions()
         how = parse_starting_offsets(self.options.get("startingoffsets", "earliest"))
@@ -142,22 +179,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return out
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """availableNow: read what is there now, in batches of maxOffsetsPerTrigger."""
+        """availableNow: read what is there now, in batches within the engine's read limit."""
         self._target = self._map(self._end_offsets(self._partitions()))
 
     def latestOffset(self, start: dict, limit) -> dict:
+        """The end of the next batch: the topics' ends (availableNow: the target fixed at the
+        start, never beyond), within the engine's ``limit``. ``start`` is Spark's: not changed."""
         if stopping.requested(self.options):
             return start
         tps = self._partitions()
-        if self._target is not None:
-            ends = {t: dict(parts) for t, parts in self._target.items()}
-            limit = ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()
-        else:
-            ends = self._map(self._end_offsets(tps))
-        begins = self._map(self.client.beginning_offsets(tps))
-        for topic, parts in ends.items():  # partitions that appeared start at their beginning
-            for p in parts:
-                start.setdefault(topic, {}).setdefault(p, begins[topic][p])
+        ends = _copy(self._target) if self._target is not None else self._map(self._end_offsets(tps))
         for topic, parts in start.items():  # partitions that disappeared
             for p, off in parts.items():
                 if p not in ends.get(topic, {}):
@@ -166,28 +197,50 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         f"what it held from offset {off} on is not read",
                         self.options,
                     )
-        if isinstance(limit, ReadMaxRows) or (
-            not isinstance(limit, ReadAllAvailable) and self.max_per_trigger
-        ):
-            budget = limit.max_rows if isinstance(limit, ReadMaxRows) else self.max_per_trigger
-            avail = {(t, p): max(0, ends[t][p] - start[t][p]) for t in ends for p in ends[t]}
-            total = sum(avail.values())
-            if total > budget:
-                for (t, p), n in avail.items():  # each partition its share, rounded down, at least progress
-                    ends[t][p] = start[t][p] + min(n, max(1 if n else 0, math.floor(budget * n / total)))
-        return ends
+        return self._limited(start, self._starts(start, ends), ends, limit)
+
+    def _limited(self, start: dict, starts: dict, ends: dict, limit) -> dict:
+        """``ends`` within ``limit``, the ReadLimit Spark passes (pyspark 4.3 may pass any of
+        ReadAllAvailable, ReadMaxRows, ReadMinRows, ReadMaxFiles, ReadMaxBytes)."""
+        available = {(t, p): max(0, ends[t][p] - starts[t][p]) for t in ends for p in ends[t]}
+        if isinstance(limit, ReadAllAvailable):
+            return ends
+        if isinstance(limit, ReadMinRows):  # availableNow must finish: the rest of its target is enough
+            enough = sum(available.values()) >= limit.min_rows or self._target is not None
+            return ends if enough else start
+        if not isinstance(limit, ReadMaxRows) or limit.max_rows < 1:
+            raise KafkaError(
+                f"Spark asked the Kafka source for a batch within {limit!r}, which it cannot honour: "
+                "it counts records, and needs a limit of at least 1 (maxOffsetsPerTrigger, "
+                "pidquota.max.events.per.trigger)"
+            )
+        out = _copy(ends)
+        for (t, p), n in share(available, limit.max_rows).items():
+            if available[(t, p)]:
+                out[t][p] = starts[t][p] + n
+        return out
 
     def getDefaultReadLimit(self):
         return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()
 
     def partitions(self, start: dict, end: dict):
+        """One range per partition with records from ``start`` to ``end``. A partition missing
+        from ``start`` is new: it starts at its beginning offset, as ``latestOffset`` counted it,
+        and records already deleted from it are data loss (as in Spark's Kafka connector)."""
+        starts = self._starts(start, end)
         ranges = []
         for topic, parts in end.items():
             for p, until in parts.items():
-                since = start.get(topic, {}).get(p, 0)
+                since, new = starts[topic][p], p not in start.get(topic, {})
+                if new and since > 0:
+                    _lost(
+                        f"{topic}-{p} is a new partition, but its offsets 0..{since - 1} were deleted "
+                        "before they were read",
+                        self.options,
+                    )
                 if until > since:
                     ranges.append(KafkaRange(topic, int(p), int(since), int(until), self.options))
-                elif until < since:
+                elif until < since and not new:
                     _lost(
                         f"{topic}-{p} went back from offset {since} to {until} (truncated or recreated); "
                         f"reading goes on from offset {until}",

@@ -5,16 +5,22 @@ Issue 10, items 2-7.
 """
 
 import logging
+import random
 import re
 from pathlib import Path
 
 import pytest
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
+    ReadMaxBytes,
+    ReadMaxFiles,
+    ReadMaxRows,
+    ReadMinRows,
 )
 
 from conf.errors import ConfigError, PidquotaError
-from store.kafka import KafkaUrl
+from store.kafka import KafkaError, KafkaUrl
+from streaming import kafka_source
 from streaming.kafka_source import KafkaStreamReader
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,6 +83,137 @@ def test_other_negative_or_odd_starting_offsets_are_refused_naming_the_value(kaf
     produce_to(kafka, "conv", [7, 5, 3])
     with pytest.raises(PidquotaError, match="startingOffsets .*" + re.escape(named)):
         reader(kafka, "conv", startingOffsets=given).initialOffset()
+
+
+# 3. partitions that appear after the start ----------------------------------------------------
+
+
+class Retained:
+    """The reader's own client, except that retention has deleted the first ``gone`` offsets
+    of every partition (Tansu cannot delete records; its beginning offsets are always 0)."""
+
+    def __init__(self, real, gone: int):
+        self.real, self.gone = real, gone
+
+    def beginning_offsets(self, tps):
+        return {tp: off + self.gone for tp, off in self.real.beginning_offsets(tps).items()}
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def test_a_new_partition_is_read_from_its_beginning_offset_as_latest_offset_chose(kafka):
+    produce_to(kafka, "grown", [10, 12])
+    lenient = reader(kafka, "grown", failOnDataLoss="false")
+    lenient._client = Retained(lenient.client, 4)
+    start = {"grown": {"0": 2}}  # partition 1 appeared after this start
+    end = lenient.latestOffset(start, ReadAllAvailable())
+    assert start == {"grown": {"0": 2}}  # Spark's dict is not changed
+    assert end == {"grown": {"0": 10, "1": 12}}
+    ranges = {r.partition: (r.start, r.end) for r in lenient.partitions(start, end)}
+    assert ranges == {0: (2, 10), 1: (4, 12)}  # not from 0: offsets 0..3 are gone
+
+
+def test_a_new_partition_counts_from_its_beginning_against_the_read_limit(kafka):
+    produce_to(kafka, "grown2", [10, 12])
+    lenient = reader(kafka, "grown2", failOnDataLoss="false")
+    lenient._client = Retained(lenient.client, 4)
+    start = {"grown2": {"0": 10}}
+    end = lenient.latestOffset(start, ReadMaxRows(5))
+    assert end == {"grown2": {"0": 10, "1": 9}}  # 5 rows: 4..8 of the new partition
+    ((r),) = lenient.partitions(start, end)
+    assert (r.partition, r.start, r.end) == (1, 4, 9)
+
+
+def test_a_new_partition_that_lost_records_is_data_loss(kafka):
+    produce_to(kafka, "grown3", [3, 6])
+    strict = reader(kafka, "grown3")
+    strict._client = Retained(strict.client, 2)
+    with pytest.raises(KafkaError, match=r"data loss: grown3-1 .*offsets 0\.\.1 were deleted"):
+        strict.partitions({"grown3": {"0": 3}}, {"grown3": {"0": 3, "1": 6}})
+
+
+def test_a_new_partition_on_the_broker_is_read_from_its_beginning(kafka):
+    produce_to(kafka, "grown4", [4, 6])
+    r = reader(kafka, "grown4")
+    start = {"grown4": {"0": 4}}
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert [(p.partition, p.start, p.end) for p in r.partitions(start, end)] == [(1, 0, 6)]
+
+
+# 4. read limits ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("budget", [1, 2, 3, 5, 29])
+def test_read_max_rows_is_never_exceeded_and_always_makes_progress(kafka, budget):
+    topic = f"limits{budget}"
+    produce_to(kafka, topic, [10, 10, 10])
+    r = reader(kafka, topic)
+    start = r.initialOffset()
+    seen = 0
+    while True:
+        end = r.latestOffset(start, ReadMaxRows(budget))
+        n = total(start, end)
+        assert n <= budget
+        if end == start:
+            break
+        assert n >= 1
+        seen, start = seen + n, end
+    assert seen == 30 and start == {topic: {"0": 10, "1": 10, "2": 10}}
+
+
+def test_the_budget_is_split_in_proportion_and_in_full():
+    rng = random.Random(5)
+    for _ in range(2000):
+        avail = {("t", str(p)): rng.choice([0, 1, 2, 7, 100, 10_000]) for p in range(rng.randint(1, 12))}
+        budget = rng.randint(1, 500)
+        take = kafka_source.share(avail, budget)
+        assert sum(take.values()) == min(budget, sum(avail.values()))
+        assert all(0 <= take[k] <= avail[k] for k in avail)
+        if sum(avail.values()) > budget:  # each at least its share rounded down
+            assert all(take[k] >= budget * avail[k] // sum(avail.values()) for k in avail)
+
+
+def test_available_now_respects_the_engine_limit_and_stops_at_its_target(kafka):
+    produce_to(kafka, "avail", [20, 20])
+    r = reader(kafka, "avail")  # no maxOffsetsPerTrigger: the limit comes from the engine only
+    start = r.initialOffset()
+    r.prepareForTriggerAvailableNow()
+    produce_to(kafka, "avail", [5, 5])  # after the target: not for this run
+    batches = []
+    while (end := r.latestOffset(start, ReadMaxRows(15))) != start:
+        batches.append(total(start, end))
+        start = end
+    assert max(batches) <= 15 and sum(batches) == 40
+    assert start == {"avail": {"0": 20, "1": 20}}
+
+
+def test_available_now_with_read_all_available_reads_to_the_target_at_once(kafka):
+    produce_to(kafka, "avail2", [20, 20])
+    r = reader(kafka, "avail2", maxOffsetsPerTrigger="7")
+    start = r.initialOffset()
+    r.prepareForTriggerAvailableNow()
+    assert r.latestOffset(start, ReadAllAvailable()) == {"avail2": {"0": 20, "1": 20}}
+    assert total(start, r.latestOffset(start, ReadMaxRows(7))) == 7
+
+
+def test_read_min_rows_waits_for_enough_but_available_now_still_finishes(kafka):
+    produce_to(kafka, "minrows", [3, 3])
+    r = reader(kafka, "minrows")
+    start = r.initialOffset()
+    assert r.latestOffset(start, ReadMinRows(10)) == start  # 6 < 10: wait for more
+    assert r.latestOffset(start, ReadMinRows(6)) == {"minrows": {"0": 3, "1": 3}}
+    r.prepareForTriggerAvailableNow()
+    assert r.latestOffset(start, ReadMinRows(10)) == {"minrows": {"0": 3, "1": 3}}  # no waiting forever
+
+
+@pytest.mark.parametrize("limit", [ReadMaxBytes(1000), ReadMaxFiles(3), ReadMaxRows(0)])
+def test_a_limit_the_source_cannot_honour_is_refused_by_name(kafka, limit):
+    topic = f"odd-{type(limit).__name__}-{getattr(limit, 'max_rows', '')}"
+    produce_to(kafka, topic, [3])
+    r = reader(kafka, topic)
+    with pytest.raises(KafkaError, match=type(limit).__name__):
+        r.latestOffset(r.initialOffset(), limit)
 
 
 # 5. gaps skipped with failOnDataLoss=false are logged -----------------------------------------
