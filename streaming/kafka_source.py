@@ -7,6 +7,7 @@ End offsets are the larger of ListOffsets "latest" and the high watermark
 that a Fetch reports. On Kafka the two agree. Tansu, the broker the tests
 run, under-reports ListOffsets at the end of a multi-record batch while its
 high watermark is right, so this source reads exactly to the true end on both.
+The driver asks both on one consumer that lives as long as the reader.
 """
 
 from __future__ import annotations
@@ -48,6 +49,20 @@ class KafkaRange(InputPartition):
 
 def _consumer(options: dict, **extra):
     return consumer(options, request_timeout_ms=int(options.get("requesttimeoutms", 30_000)), **extra)
+
+
+def _driver_client(options: dict):
+    """The driver's consumer: metadata, ListOffsets, and a Fetch at the end for the high
+    watermark. Such a Fetch is answered within 10 ms (a short long-poll; Tansu never answers
+    one of 0 ms) with one small batch at most. Incremental fetch sessions are off, so that every
+    Fetch names every partition and every answer carries its high watermark (in a session, a
+    partition with nothing new may be left out of the answer)."""
+    from kafka import KafkaConsumer
+
+    extra = {"fetch_max_wait_ms": 10, "max_partition_fetch_bytes": 1024}
+    if "enable_incremental_fetch_sessions" in KafkaConsumer.DEFAULT_CONFIG:
+        extra["enable_incremental_fetch_sessions"] = False
+    return _consumer(options, **extra)
 
 
 def _lost(what: str, options: dict) -> None:
@@ -96,7 +111,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def client(self):
         if self._client is None:
-            self._client = _consumer(self.options)
+            self._client = _driver_client(self.options)
         return self._client
 
     def _partitions(self):
@@ -113,23 +128,33 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return tps
 
     def _end_offsets(self, tps) -> dict:
-        """max(ListOffsets latest, Fetch high watermark) per partition.
+        """max(ListOffsets latest, Fetch high watermark) per partition, on the driver's one client.
 
-        A fresh consumer each time, as a consumer keeps the last high
-        watermark it saw and would hand back a stale one.
+        A consumer keeps the last high watermark it saw: ``unsubscribe`` drops that state, so each
+        call waits for a Fetch answered after its own ListOffsets. (kafka-python takes a late
+        answer to an earlier call's Fetch only if that Fetch was for the offset just sought, i.e.
+        ListOffsets has not moved since, so nothing was appended meanwhile.) The wait is bounded
+        by the request timeout; a partition without an answer by then keeps ListOffsets' end, a
+        lower bound: the next trigger reads the rest.
         """
-        listed = self.client.end_offsets(tps)
-        probe = _consumer(self.options, fetch_max_wait_ms=10, max_partition_fetch_bytes=1024)
-        try:
-            probe.assign(tps)
-            for tp in tps:
-                probe.seek(tp, listed[tp])
-            deadline = time.monotonic() + 10
-            while any(probe.highwater(tp) is None for tp in tps) and time.monotonic() < deadline:
-                probe.poll(timeout_ms=50, max_records=1, update_offsets=False)
-            return {tp: max(listed[tp], probe.highwater(tp) or 0) for tp in tps}
-        finally:
-            probe.close()
+        c = self.client
+        listed = c.end_offsets(tps)
+        c.unsubscribe()
+        c.assign(tps)
+        for tp in tps:
+            c.seek(tp, listed[tp])
+        timeout_ms = int(self.options.get("requesttimeoutms", 30_000))
+        deadline = time.monotonic() + timeout_ms / 1000
+        while (silent := [tp for tp in tps if c.highwater(tp) is None]) and time.monotonic() < deadline:
+            c.poll(timeout_ms=5, max_records=1, update_offsets=False)
+        if silent:
+            log.warning(
+                "no high watermark from %s within %g s (pidquota.kafka.request.timeout.ms); "
+                "reading to ListOffsets' end there this trigger",
+                ", ".join(f"{tp.topic}-{tp.partition}" for tp in silent),
+                timeout_ms / 1000,
+            )
+        return {tp: max(listed[tp], c.highwater(tp) or 0) for tp in tps}
 
     def _map(self, offsets: dict) -> dict:
         out: dict[str, dict[str, int]] = {}

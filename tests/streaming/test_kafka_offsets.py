@@ -7,6 +7,7 @@ Issue 10, items 2-7.
 import logging
 import random
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -230,6 +231,58 @@ def test_a_skipped_gap_is_a_warning_naming_partition_and_offsets(kafka, caplog):
     assert "gaps-0" in warnings[0] and "50" in warnings[0] and "3" in warnings[0]
     assert "gaps-7" in warnings[1] and "offset 4" in warnings[1]
     assert all("fail.on.data.loss" in w for w in warnings)
+
+
+# 6. one driver client across triggers, exact ends, a bounded wait ----------------------------
+
+
+def test_end_offsets_stay_exact_across_triggers_on_one_client(kafka, monkeypatch):
+    produce_to(kafka, "triggers", [0, 0, 0])
+    r = reader(kafka, "triggers")
+    start = r.initialOffset()
+    r.latestOffset(start, ReadAllAvailable())
+    made = []
+    real = kafka_source.consumer
+    monkeypatch.setattr(kafka_source, "consumer", lambda *a, **k: made.append(1) or real(*a, **k))
+    for round_ in range(1, 6):
+        for _ in range(2):  # idle: the same end again
+            t0 = time.monotonic()
+            assert r.latestOffset(start, ReadAllAvailable()) == {
+                "triggers": dict.fromkeys("012", 25 * (round_ - 1))
+            }
+            assert time.monotonic() - t0 < 2
+        produce_to(kafka, "triggers", [25, 25, 25])  # one multi-record batch each
+        assert r.latestOffset(start, ReadAllAvailable()) == {"triggers": dict.fromkeys("012", 25 * round_)}
+    assert made == []  # no new client per trigger
+
+
+class Silent:
+    """A client whose fetches never answer: no high watermark ever arrives."""
+
+    def __init__(self, real):
+        self.real = real
+
+    def poll(self, timeout_ms=0, **kwargs):
+        time.sleep(timeout_ms / 1000)
+        return {}
+
+    def highwater(self, tp):
+        return None
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def test_the_high_watermark_wait_is_bounded_by_the_request_timeout(kafka, caplog):
+    produce_to(kafka, "silent", [4])
+    r = reader(kafka, "silent", requestTimeoutMs="1000")
+    r._client = Silent(r.client)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="pidquota.kafka"):
+        ends = r.latestOffset({"silent": {"0": 0}}, ReadAllAvailable())
+    assert 0.9 < time.monotonic() - t0 < 3
+    assert ends["silent"]["0"] >= 1  # ListOffsets' answer, a safe lower bound
+    assert any("silent-0" in m and "1 s" in m for m in caplog.messages)
 
 
 # 7. the broker address: a default port, and a start-up check before Spark ---------------------
