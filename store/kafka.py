@@ -135,8 +135,18 @@ def security_options(config) -> dict:
 
 
 def _connected(kind, options: dict, defaults: dict, extra: dict):
+    from kafka.errors import KafkaTimeoutError
+
+    kwargs = {**defaults, **client_kwargs(options), **extra}
     try:
-        return kind(**{**defaults, **client_kwargs(options), **extra})
+        return kind(**kwargs)
+    except KafkaTimeoutError:  # no broker answered: bootstrapping timed out
+        waited = kwargs.get("bootstrap_timeout_ms", kind.DEFAULT_CONFIG.get("bootstrap_timeout_ms"))
+        within = f" within {waited / 1000:g} s" if waited else ""
+        raise KafkaError(
+            f"cannot connect to Kafka at {options['kafka.bootstrap.servers']}: no broker answered{within}; "
+            f"is it up, and is the address right (the port defaults to {DEFAULT_PORT})?"
+        ) from None
     except Exception as exc:  # kafka-python raises several kinds here
         raise KafkaError(
             f"cannot connect to Kafka at {options['kafka.bootstrap.servers']}: {type(exc).__name__}: {exc}"
@@ -156,3 +166,25 @@ def consumer(options: dict, **extra):
     from kafka import KafkaConsumer
 
     return _connected(KafkaConsumer, options, {"enable_auto_commit": False, "client_id": "pidquota"}, extra)
+
+
+def check_topic(options: dict, topic: str, timeout_ms: int) -> None:
+    """At start-up: the cluster answers within ``timeout_ms`` and has ``topic``; else a KafkaError
+    naming the brokers (HOST:PORT)."""
+    from kafka import KafkaConsumer
+
+    bounded = "bootstrap_timeout_ms"  # kafka-python < 3 has no such option; this one bounds it there
+    if bounded not in KafkaConsumer.DEFAULT_CONFIG:
+        bounded = "api_version_auto_timeout_ms"
+    probe = consumer(options, request_timeout_ms=timeout_ms, **{bounded: timeout_ms})
+    try:
+        found = probe.partitions_for_topic(topic)
+    except Exception as exc:  # kafka-python raises several kinds here
+        raise KafkaError(
+            f"cannot list the topics of Kafka at {options['kafka.bootstrap.servers']} within "
+            f"{timeout_ms / 1000:g} s: {type(exc).__name__}: {exc}"
+        ) from None
+    finally:
+        probe.close()
+    if not found:
+        raise KafkaError(f"topic {topic!r} does not exist on {options['kafka.bootstrap.servers']}")

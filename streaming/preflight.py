@@ -4,6 +4,8 @@
 
 * :func:`check_flags`: a flag that cannot apply to this input is refused with
   the reason (``--speed`` with a file, ``--starting-offsets`` without Kafka...).
+* :func:`check_kafka`: a Kafka input's starting offsets parse, its brokers answer
+  within ``pidquota.kafka.connect.timeout.ms`` and its topic exists.
 * :func:`fresh` (``--fresh``): deletes OUTPUT, and a checkpoint outside it,
   only if they are recognisably pidquota's.
 * :func:`check_checkpoint`: a checkpoint written by another source (the demo's
@@ -140,6 +142,20 @@ def check_input(source: Source) -> None:
         from streaming.file_source import check_input as check_file
 
         check_file(source.shown)
+
+
+def check_kafka(url, config) -> None:
+    """A Kafka input (``url``: a :class:`store.kafka.KafkaUrl`): its starting offsets parse, and
+    its brokers answer within ``pidquota.kafka.connect.timeout.ms`` and have the topic. Else one
+    line now, rather than a stack trace from inside Spark after the full request timeout."""
+    from store.kafka import check_topic, parse_starting_offsets, security_options
+
+    try:
+        parse_starting_offsets(config["pidquota.kafka.starting.offsets"])
+    except ConfigError as exc:
+        raise ConfigError(f"pidquota.kafka.starting.offsets (--starting-offsets): {exc}") from None
+    options = {"kafka.bootstrap.servers": url.bootstrap, **security_options(config)}
+    check_topic(options, url.topic, config["pidquota.kafka.connect.timeout.ms"])
 
 
 def is_inside(path: Path, folder: Path) -> bool:

@@ -5,8 +5,11 @@ Issue 10, items 2-7.
 """
 
 import logging
+import os
 import random
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -302,3 +305,46 @@ def test_a_checkpoint_s_cluster_matches_with_or_without_the_default_port():
 
     assert Source.of("kafka://localhost/events").bootstrap() == {"localhost:9092"}
     assert Source.of("kafka://b1,b2:9093/events").bootstrap() == {"b1:9092", "b2:9093"}
+
+
+def test_an_unreachable_broker_is_one_line_at_start_up_before_spark(tmp_path):
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "streaming.cli", "run", "--input", "kafka://127.0.0.1:1/events", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        # were Spark to start, it would stop at once on this JAVA_HOME, with another message
+        env={**os.environ, "JAVA_HOME": "/nonexistent-jdk", "PYTHONPATH": str(ROOT)},
+    )
+    took = time.monotonic() - t0
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("pidquota: error: ") and "127.0.0.1:1" in r.stderr
+    assert took < 15
+    assert not (tmp_path / "pidquota-out").exists()
+
+
+@pytest.fixture
+def no_spark(monkeypatch):
+    def refuse(config):
+        raise PidquotaError("Spark would start here")
+
+    monkeypatch.setattr("streaming.session.spark_session", refuse)
+
+
+def test_a_missing_topic_or_bad_starting_offsets_fail_at_start_up(kafka, tmp_path, capsys, no_spark):
+    from streaming.cli import main
+
+    produce_to(kafka, "there", [1])
+    out = ["--output", str(tmp_path / "out"), "--once"]
+    assert main(["run", "--input", f"kafka://{kafka.bootstrap}/not-there", *out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"pidquota: error: topic 'not-there' does not exist on {kafka.bootstrap}"
+    bad = ["--starting-offsets", '{"there": {"0": -7}}']
+    assert main(["run", "--input", f"kafka://{kafka.bootstrap}/there", *bad, *out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pidquota: error: ") and "-7" in err and len(err.splitlines()) == 1
+    assert main(["run", "--input", f"kafka://{kafka.bootstrap}/there", *out]) == 2
+    assert capsys.readouterr().err.strip() == "pidquota: error: Spark would start here"
