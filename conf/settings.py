@@ -166,6 +166,16 @@ SETTINGS: tuple[Setting, ...] = (
         min=100,
     ),
     Setting(
+        "pidquota.kafka.connect.timeout.ms",
+        int,
+        5_000,
+        "A reachable broker answers in well under a second, TLS and SASL included; an "
+        "unreachable one is named within seconds instead of after Spark has started.",
+        "How long `pidquota run` waits at start-up for the Kafka input's brokers to answer and "
+        "list the topic, before it exits with one line naming HOST:PORT.",
+        min=1000,
+    ),
+    Setting(
         "pidquota.kafka.decisions.topic",
         str,
         "",

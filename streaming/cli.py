@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--input",
         metavar="PATH|URL",
-        help="JSON-lines file or folder, or kafka://HOST:PORT/TOPIC (default: demo)",
+        help="JSON-lines file or folder, or kafka://HOST[:PORT]/TOPIC (port 9092 unless given; default: demo)",
     )
     run.add_argument("--output", metavar="DIR", default="pidquota-out", help="output folder (%(default)s)")
     run.add_argument(
@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
             f"--{kind}-topic",
             metavar="TOPIC|URL",
             help=f"also send {kind.replace('-', ' ')} to this Kafka topic (a name on the input's cluster, "
-            "or kafka://HOST:PORT/TOPIC)",
+            "or kafka://HOST[:PORT]/TOPIC)",
         )
     run.add_argument(
         "--quota-store",
@@ -113,7 +113,7 @@ def _run(args: argparse.Namespace, signals: _Signals) -> int:
     if kafka_input:
         KafkaUrl.parse(kafka_input)  # a malformed URL fails now, before Spark starts
     kafka_out = kafka_outputs(config, kafka_input)
-    reads, resumed = _start_up_checks(args, out, checkpoint, publish is not None)
+    reads, resumed = _start_up_checks(args, config, out, checkpoint, publish is not None)
 
     from streaming import query as q
     from streaming.session import spark_session
@@ -196,13 +196,16 @@ def _lines(
 
 
 def _start_up_checks(
-    args: argparse.Namespace, out: Path, checkpoint: str, publishing: bool
+    args: argparse.Namespace, config, out: Path, checkpoint: str, publishing: bool
 ) -> tuple[preflight.Source, bool]:
-    """The input is there, ``--fresh`` deleted what it should, and the checkpoint is this
-    source's. Returns the source and whether the run resumes a checkpoint. A file input's
-    hidden names and files changed since they were read are named on stderr."""
+    """The input is there (a Kafka input's brokers answer), ``--fresh`` deleted what it should,
+    and the checkpoint is this source's. Returns the source and whether the run resumes a
+    checkpoint. A file input's hidden names and files changed since they were read are named
+    on stderr."""
     reads = preflight.Source.of(args.input)
     preflight.check_input(reads)
+    if reads.kind == "kafka":
+        preflight.check_kafka(KafkaUrl.parse(args.input), config)
     preflight.check_local_checkpoint(checkpoint, reads.kind == "file", publishing)
     if args.fresh:
         preflight.fresh(out, checkpoint)
@@ -258,7 +261,7 @@ def kafka_outputs(config, input_url: str | None) -> dict | None:
     if bootstrap is None:
         if input_url is None:
             raise PidquotaError(
-                "an output topic given by name needs a Kafka input; with a file input use kafka://HOST:PORT/TOPIC"
+                "an output topic given by name needs a Kafka input; with a file input use kafka://HOST[:PORT]/TOPIC"
             )
         bootstrap = KafkaUrl.parse(input_url).bootstrap
     return {"kafka.bootstrap.servers": bootstrap, **security_options(config), **topics}

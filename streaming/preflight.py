@@ -4,6 +4,8 @@
 
 * :func:`check_flags`: a flag that cannot apply to this input is refused with
   the reason (``--speed`` with a file, ``--starting-offsets`` without Kafka...).
+* :func:`check_kafka`: a Kafka input's starting offsets parse, its brokers answer
+  within ``pidquota.kafka.connect.timeout.ms`` and its topic exists.
 * :func:`fresh` (``--fresh``): deletes OUTPUT, and a checkpoint outside it,
   only if they are recognisably pidquota's.
 * :func:`check_checkpoint`: a checkpoint written by another source (the demo's
@@ -30,6 +32,7 @@ from pathlib import Path
 
 from conf.errors import ConfigError, PidquotaError
 from conf.paths import local_path
+from store.kafka import with_port
 
 MARKER = "pidquota-source.json"
 OUTPUT_CHILDREN = frozenset({"decisions", "metrics", "dead-letters", "_checkpoint"})
@@ -71,8 +74,9 @@ class Source:
         return f"Kafka topic {', '.join(map(repr, self.topics))}"
 
     def bootstrap(self) -> set[str]:
+        """The brokers, each with its port (a marker may have none: Kafka's 9092 then)."""
         hosts = (self.input or "kafka:///").removeprefix("kafka://").partition("/")[0]
-        return {h.strip().lower() for h in hosts.split(",") if h.strip()}
+        return {with_port(h.strip().lower()) for h in hosts.split(",") if h.strip()}
 
 
 def _without_credentials(url: str) -> str:
@@ -95,7 +99,7 @@ def check_flags(args, kafka_input: bool) -> None:
         )
     if args.starting_offsets and not kafka_input:
         raise ConfigError(
-            "--starting-offsets applies to a Kafka input (kafka://HOST:PORT/TOPIC) only; "
+            "--starting-offsets applies to a Kafka input (kafka://HOST[:PORT]/TOPIC) only; "
             f"{'the demo' if demo else 'a file input'} has no offsets to start from (drop it)"
         )
 
@@ -138,6 +142,20 @@ def check_input(source: Source) -> None:
         from streaming.file_source import check_input as check_file
 
         check_file(source.shown)
+
+
+def check_kafka(url, config) -> None:
+    """A Kafka input (``url``: a :class:`store.kafka.KafkaUrl`): its starting offsets parse, and
+    its brokers answer within ``pidquota.kafka.connect.timeout.ms`` and have the topic. Else one
+    line now, rather than a stack trace from inside Spark after the full request timeout."""
+    from store.kafka import check_topic, parse_starting_offsets, security_options
+
+    try:
+        parse_starting_offsets(config["pidquota.kafka.starting.offsets"])
+    except ConfigError as exc:
+        raise ConfigError(f"pidquota.kafka.starting.offsets (--starting-offsets): {exc}") from None
+    options = {"kafka.bootstrap.servers": url.bootstrap, **security_options(config)}
+    check_topic(options, url.topic, config["pidquota.kafka.connect.timeout.ms"])
 
 
 def is_inside(path: Path, folder: Path) -> bool:

