@@ -15,8 +15,9 @@ prints events/s of:
   watermark, ``approx_count_distinct(producer_id)`` per principal over
   60-minute windows sliding by 15 minutes, update mode, noop sink (the anchor);
 - **enforcer**: the whole enforcer with its real JSON-lines sink;
-- **enforcer, strict**: the same with the strict parse only, whose decisions
-  must be identical to the enforcer's;
+- **enforcer, before**: the enforcer as it was before the speed-ups: every
+  line through the strict parse, one operator group per principal
+  (``pidquota.state.buckets=0``). Its decisions must be identical;
 
 then enforcer/native (the headline ratio), the batch times, and the state's
 size at the end. Two inputs: realistic PID reuse, and a flood where every
@@ -38,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from conf.loader import load  # noqa: E402
+from conf.loader import Config, load  # noqa: E402
 from quota import StaticQuotas  # noqa: E402
 
 EVENT_SCHEMA = "timestamp long, principal string, producer_id long, producer_epoch int"
@@ -86,13 +87,14 @@ def stages(config, quotas):
     from streaming import query as q
 
     max_principal = config["pidquota.principal.max.length"]
+    before = Config({**config.values, "pidquota.state.buckets": 0}, config.origins)
     return {
         "read": (lambda lines: lines, False),
         "parse, strict": (lambda lines: q.strict(lines, max_principal), False),
         "parse": (lambda lines: q.screened(lines, max_principal), False),
         "native": (lambda lines: native(lines, config), False),
         "enforcer": (lambda lines: q.enforcer(lines, config, quotas), True),
-        "enforcer, strict": (lambda lines: q.enforcer(lines, config, quotas, screen=False), True),
+        "enforcer, before": (lambda lines: q.enforcer(lines, before, quotas, screen=False), True),
     }
 
 

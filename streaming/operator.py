@@ -1,8 +1,10 @@
 """The stateful operator: ``applyInPandasWithState`` glue around ``quota``.
 
-Each group is one principal's events of this micro-batch (or the dead
-letters, passed straight through). All quota logic lives in
-:class:`quota.PrincipalQuota`; this module only moves columns and state.
+Each group is the events of this micro-batch of a fixed group of
+principals (``pidquota.state.buckets``; ``quota/states.py`` holds their
+states in one row), or the dead letters, passed straight through. All quota
+logic lives in :class:`quota.PrincipalQuota`; this module only moves
+columns and state.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from quota import ADMIT, PrincipalQuota, QuotaSettings, QuotaSource, resolve
+from quota.states import PrincipalStates
 from streaming.schema import DEAD_PRINCIPAL, KIND_DEAD, KIND_DECISION, KIND_METRIC, OUTPUT_COLUMNS
 
 # PySpark's worker pads each group's output with all-NA rows and concatenates
@@ -57,24 +60,35 @@ def _dead_letters(pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
             yield _frame(rows)
 
 
-def unfold(pdf: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One row per (principal, PID) with arrays of sightings (streaming/compact.py)
-    back to one entry per sighting: timestamps, producer ids, epochs."""
+def unfold(pdf: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Rows of (principal, PID, arrays of sightings) (streaming/compact.py, streaming/screen.py)
+    back to one entry per sighting, per principal: timestamps, producer ids, epochs."""
     lengths = pdf["timestamps"].map(len).to_numpy(dtype=np.int64)
     ts = np.concatenate(pdf["timestamps"].to_list()).astype(np.int64, copy=False)
     epochs = np.concatenate(pdf["epochs"].to_list()).astype(np.int64, copy=False)
     pids = np.repeat(pdf["producer_id"].to_numpy(dtype=np.int64), lengths)
-    return ts, pids, epochs
+    codes, names = pd.factorize(pdf["principal"])
+    if len(names) == 1:
+        return {names[0]: (ts, pids, epochs)}
+    owner = np.repeat(codes, lengths)
+    order = np.argsort(owner, kind="stable")
+    ends = np.cumsum(np.bincount(owner, minlength=len(names)))
+    ts, pids, epochs = ts[order], pids[order], epochs[order]
+    out, begin = {}, 0
+    for name, end in zip(names, ends.tolist(), strict=True):
+        out[name] = (ts[begin:end], pids[begin:end], epochs[begin:end])
+        begin = end
+    return out
 
 
-def _on_timeout(state, settings: QuotaSettings) -> None:
-    """An idle principal's timer fired: evict its state, or look again later."""
-    watermark = state.getCurrentWatermarkMs()
-    quota = PrincipalQuota.from_bytes(state.get[0], settings)
+def _on_timeout(states: PrincipalStates, principal: str, watermark: int, settings: QuotaSettings) -> None:
+    """An idle principal's timer passed: evict its state, or look again later. The
+    state itself is left as it was (the cleanup done to decide is not kept)."""
+    quota = PrincipalQuota.from_bytes(states.get(principal), settings)
     if quota.is_evictable(max(watermark, quota.now_ms)):
-        state.remove()
+        states.remove(principal)
     else:  # late events moved it on
-        state.setTimeoutTimestamp(max(quota.evict_at_ms(), watermark + 1))
+        states.set_timer(principal, max(quota.evict_at_ms(), watermark + 1))
 
 
 def _untracked_metrics(principal: str, rate, ts: np.ndarray, ignored: int, stale: bool) -> list:
@@ -131,37 +145,58 @@ def _judged_rows(principal: str, quota: PrincipalQuota, decisions: list, n: int,
     return rows
 
 
+def _judge(
+    principal: str, sightings, states: PrincipalStates, watermark: int, rate, stale: bool, settings
+) -> list[list]:
+    """One principal's events of this batch: its decision rows and metrics row."""
+    ts, pids, epochs = sightings
+    ignored = int((pids < 0).sum())
+    blob = states.get(principal)
+    if rate is None or (ignored == len(ts) and blob is None):
+        states.remove(principal)  # unlimited now, or nothing to track: no state, nothing to decide
+        return [_untracked_metrics(principal, rate, ts, ignored, stale)]
+    if blob is not None:
+        quota = PrincipalQuota.from_bytes(blob, settings)
+        quota.apply_rate(rate)
+    else:
+        quota = PrincipalQuota(rate, settings, int(ts.min()))
+    decisions = quota.observe_batch(ts, pids, epochs)
+    states.put(principal, quota.to_bytes(), max(quota.evict_at_ms(), watermark + 1))
+    return _judged_rows(principal, quota, decisions, len(ts), ignored, stale)
+
+
 def make_state_function(
     quotas: QuotaSource, settings: QuotaSettings
 ) -> Callable[[tuple, Iterator[pd.DataFrame], object], Iterator[pd.DataFrame]]:
     """The function given to ``applyInPandasWithState``, closing over the quota
-    source and settings (both are shipped to the executors once)."""
+    source and settings (both are shipped to the executors once). Its key is a
+    group of principals (``quota/states.py``), or the dead letters' group."""
 
     def judge(key: tuple, pdfs: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
-        (principal,) = key
-        if principal == DEAD_PRINCIPAL:
+        (group,) = key
+        if group == DEAD_PRINCIPAL:
             yield from _dead_letters(pdfs)
             return
-        if state.hasTimedOut:
-            _on_timeout(state, settings)
-            return
-        ts, pids, epochs = unfold(pd.concat(list(pdfs), ignore_index=True))
-        ignored = int((pids < 0).sum())
-        rate = resolve(quotas.snapshot(), principal)
-        stale = bool(quotas.stale)  # Redis unreachable or emptied: last known quotas in force
-        if rate is None or (ignored == len(ts) and not state.exists):
-            if state.exists:  # became unlimited: no state, nothing to decide
-                state.remove()
-            yield _frame([_untracked_metrics(principal, rate, ts, ignored, stale)])
-            return
-        if state.exists:
-            quota = PrincipalQuota.from_bytes(state.get[0], settings)
-            quota.apply_rate(rate)
-        else:
-            quota = PrincipalQuota(rate, settings, int(ts.min()))
-        decisions = quota.observe_batch(ts, pids, epochs)
-        state.update((quota.to_bytes(),))
-        state.setTimeoutTimestamp(max(quota.evict_at_ms(), state.getCurrentWatermarkMs() + 1))
-        yield _frame(_judged_rows(principal, quota, decisions, len(ts), ignored, stale))
+        states = PrincipalStates.from_bytes(state.get[0]) if state.exists else PrincipalStates()
+        watermark = state.getCurrentWatermarkMs()
+        rows: list[list] = []
+        touched: set[str] = set()
+        if not state.hasTimedOut:
+            frames = list(pdfs)
+            pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+            snapshot, stale = quotas.snapshot(), bool(quotas.stale)  # stale: last known quotas in force
+            for principal, sightings in unfold(pdf).items():
+                touched.add(principal)
+                rate = resolve(snapshot, principal)
+                rows += _judge(principal, sightings, states, watermark, rate, stale, settings)
+        for principal in states.due(watermark, touched):
+            _on_timeout(states, principal, watermark, settings)
+        if len(states):
+            state.update((states.to_bytes(),))
+            state.setTimeoutTimestamp(states.next_timer_ms())
+        elif state.exists:
+            state.remove()
+        if rows:
+            yield _frame(rows)
 
     return judge

@@ -20,6 +20,7 @@ from streaming.compact import COMPACT_SCHEMA, compact
 from streaming.operator import make_state_function
 from streaming.parse import parse_events
 from streaming.schema import (
+    DEAD_PRINCIPAL,
     KIND_DEAD,
     KIND_DECISION,
     KIND_EVENT,
@@ -114,6 +115,17 @@ def screened(lines: DataFrame, max_principal: int) -> DataFrame:
     )
 
 
+def state_group(buckets: int):
+    """The operator's group of a row: its principal (``buckets`` = 0), or one of
+    ``buckets`` groups by a hash of the principal (``quota/states.py``). Dead
+    letters (principal ``DEAD_PRINCIPAL``) keep their own group."""
+    principal = F.col("principal")
+    if buckets == 0:
+        return principal
+    bucket = F.concat(F.lit("#"), F.pmod(F.xxhash64(principal), F.lit(buckets)).cast("string"))
+    return F.when(principal == DEAD_PRINCIPAL, principal).otherwise(bucket)
+
+
 def strict(lines: DataFrame, max_principal: int) -> DataFrame:
     """The same rows as :func:`screened`, every line through Spark's strict parse
     and then folded (the path before the screen; benchmarks compare the two)."""
@@ -133,9 +145,10 @@ def enforcer(lines: DataFrame, config: Config, quotas: QuotaSource, screen: bool
     )
     guard = F.lit(None).cast("timestamp").alias("late_guard", metadata={"spark.watermarkDelayMs": delay})
     judge = make_state_function(quotas, QuotaSettings.from_config(config))
+    group = state_group(config["pidquota.state.buckets"]).alias("group")
     return (
-        folded.select(*COMPACT_COLUMNS, guard)
-        .groupBy("principal")
+        folded.select(group, *COMPACT_COLUMNS, guard)
+        .groupBy("group")
         .applyInPandasWithState(
             judge, OUTPUT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
         )

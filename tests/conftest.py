@@ -60,6 +60,15 @@ class Enforcer:
         write_events(self.input / f"{n:03d}-{name}.jsonl", events)
         return self._run(q.file_source(self.spark, str(self.input), 0, str(self.out / "_ck")))
 
+    def run_batches(self, batches: list[list], name: str = "events") -> dict[str, pd.DataFrame]:
+        """Write each list of events as a file and run once, one file per micro-batch."""
+        from streaming import query as q
+
+        n = len(list(self.input.glob("*.jsonl")))
+        for k, events in enumerate(batches):
+            write_events(self.input / f"{n + k:03d}-{name}.jsonl", events)
+        return self._run(q.file_source(self.spark, str(self.input), 1, str(self.out / "_ck")))
+
     def run_lines(self, lines: list, name: str = "lines") -> dict[str, pd.DataFrame]:
         """Write raw records (str or bytes, one per line) as they are, and run on the folder."""
         from streaming import query as q
