@@ -83,27 +83,29 @@ def native(lines, config):
 
 
 def stages(config, quotas):
-    """name -> (frame builder from lines, uses the real sink)."""
+    """name -> (frame builder from lines, uses the real sink, the source screens its lines)."""
     from streaming import query as q
 
     max_principal = config["pidquota.principal.max.length"]
     before = Config({**config.values, "pidquota.state.buckets": 0}, config.origins)
     return {
-        "read": (lambda lines: lines, False),
-        "parse, strict": (lambda lines: q.strict(lines, max_principal), False),
-        "parse": (lambda lines: q.screened(lines, max_principal), False),
-        "native": (lambda lines: native(lines, config), False),
-        "enforcer": (lambda lines: q.enforcer(lines, config, quotas), True),
-        "enforcer, before": (lambda lines: q.enforcer(lines, before, quotas, screen=False), True),
+        "read": (lambda lines: lines, False, False),
+        "parse, strict": (lambda lines: q.strict(lines, max_principal), False, False),
+        "parse": (lambda lines: q.screened(lines, max_principal), False, True),
+        "native": (lambda lines: native(lines, config), False, False),
+        "enforcer": (lambda lines: q.enforcer(lines, config, quotas), True, True),
+        "enforcer, before": (lambda lines: q.enforcer(lines, before, quotas, screen=False), True, False),
     }
 
 
-def run_stage(spark, name: str, build, real_sink: bool, folder: Path, work: Path) -> dict:
+def run_stage(spark, config, name: str, stage: tuple, folder: Path, work: Path) -> dict:
     from streaming import query as q
     from streaming.sink import JsonlSink
 
+    build, real_sink, screened = stage
     out = work / f"{folder.name}-{name.replace(', ', '-')}"
-    frame = build(q.file_source(spark, str(folder), 1, str(out / "_ck")))
+    screen = config["pidquota.principal.max.length"] if screened else 0  # as the CLI does
+    frame = build(q.file_source(spark, str(folder), 1, str(out / "_ck"), screen=screen))
     writer = frame.writeStream.option("checkpointLocation", str(out / "_ck")).trigger(availableNow=True)
     if real_sink:
         writer = writer.foreachBatch(JsonlSink(out))
@@ -169,12 +171,14 @@ def main() -> None:
         )
         warm = work / "warmup"
         write_input(warm, 20_000, 2, flood=False)
-        for name, (build, real) in stages(config, quotas).items():
-            run_stage(spark, name, build, real, warm, work)
+        for name, stage in stages(config, quotas).items():
+            run_stage(spark, config, name, stage, warm, work)
         for name, flood in (("realistic", False), ("flood", True)):
             folder = work / name
             write_input(folder, args.events, args.files, flood)
-            res = {k: run_stage(spark, k, b, r, folder, work) for k, (b, r) in stages(config, quotas).items()}
+            res = {
+                k: run_stage(spark, config, k, st, folder, work) for k, st in stages(config, quotas).items()
+            }
             report(name, args.events, res)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -175,12 +175,12 @@ def _lines(
     from streaming.kafka_source import KafkaDataSource
 
     spark.dataSource.register(KafkaDataSource)  # the Kafka source, and the sink's Kafka outputs
-
+    screen = config["pidquota.principal.max.length"]  # the sources screen their own lines
     if kafka_input:
-        return q.kafka_source(spark, KafkaUrl.parse(kafka_input), config, stop), None
+        return q.kafka_source(spark, KafkaUrl.parse(kafka_input), config, stop, screen), None
     if args.input is not None:
         max_files = config["pidquota.max.events.per.trigger"]
-        return q.file_source(spark, args.input, max_files, checkpoint, stop), None
+        return q.file_source(spark, args.input, max_files, checkpoint, stop, screen), None
     from streaming import stopping
     from streaming.demo_source import DemoDataSource
     from streaming.table import UserTable

@@ -37,10 +37,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from conf.errors import CorruptStateError, InputError
 from streaming import stopping
+from streaming.screen import screen_batches, screen_limit, screened_schema
 
 log = logging.getLogger("pidquota.files")
 
@@ -48,6 +50,9 @@ SCHEMA = "value binary, source_file string"
 _ARROW = pa.schema([("value", pa.binary()), ("source_file", pa.string())])
 LEDGER = "pidquota-files.jsonl"
 _CHUNK = 16 << 20  # bytes read at a time
+# A file is read as ranges of about this many bytes, one input partition each:
+# a micro-batch of one 10 MB file then runs on both cores (benchmarks/streaming.py).
+SPLIT_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -196,10 +201,20 @@ def start_up_notes(root: str | Path, checkpoint: str | Path) -> tuple[list[str],
 
 
 class FileRange(InputPartition):
-    """One file, read up to the size it had when it was listed, so a replay reads the same bytes."""
+    """The lines of one file that start within bytes [start, end), the file read up to
+    the size it had when it was listed, so a replay reads the same bytes."""
 
-    def __init__(self, path: str, size: int):
-        self.path, self.size = path, size
+    def __init__(self, path: str, size: int, start: int = 0, end: int | None = None):
+        self.path, self.size, self.start = path, size, start
+        self.end = size if end is None else end
+
+
+def split(path: str, size: int) -> list[FileRange]:
+    """A file as ranges of about ``SPLIT_BYTES``, so that the cores share one file's
+    read and parse (a batch of one file would otherwise run on one core)."""
+    pieces = max(1, -(-size // SPLIT_BYTES))
+    bounds = [size * k // pieces for k in range(pieces + 1)]
+    return [FileRange(path, size, a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -257,7 +272,9 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"{len(self.ledger)}; it was edited or lost. Start over with --fresh (or another --output)"
             )
         return [
-            FileRange(e.path, e.size) for e in self.ledger[int(start.get("files", 0)) : int(end["files"])]
+            r
+            for e in self.ledger[int(start.get("files", 0)) : int(end["files"])]
+            for r in split(e.path, e.size)
         ]
 
     def commit(self, end: dict) -> None:
@@ -269,22 +286,33 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return state
 
     def read(self, partition: FileRange) -> Iterator[pa.RecordBatch]:
+        limit = screen_limit(self.options)
+        lines = self._lines(partition)
+        return screen_batches(lines, _ARROW, limit) if limit else lines
+
+    def _lines(self, partition: FileRange) -> Iterator[pa.RecordBatch]:
         source = pa.scalar(Path(partition.path).as_uri(), pa.string())
         try:
-            for lines in read_lines(partition.path, partition.size):
+            for lines in read_lines(partition.path, partition.size, partition.start, partition.end):
                 yield pa.RecordBatch.from_arrays([lines, pa.repeat(source, len(lines))], schema=_ARROW)
         except OSError as exc:  # gone or unreadable since it was listed: say so, do not fail the query
             log.warning("pidquota: could not read %s, listed for this batch: %s", partition.path, exc)
 
 
-def read_lines(path: str, size: int | None = None) -> Iterator[pa.Array]:
-    """The file's first ``size`` bytes (all, if None) as lines without their line ends,
-    in Arrow arrays of about ``_CHUNK`` bytes."""
-    rest = b""
-    left = size if size is not None else -1
+def read_lines(
+    path: str, size: int | None = None, start: int = 0, end: int | None = None
+) -> Iterator[pa.Array]:
+    """The lines that start within bytes [start, end) of the file's first ``size`` bytes
+    (all, if None), without their line ends, in Arrow arrays of about ``_CHUNK`` bytes.
+    A line that starts in the range is read whole, past ``end`` if it runs on."""
     with open(path, "rb") as f:
-        while left and (chunk := f.read(_CHUNK if left < 0 else min(_CHUNK, left))):
-            left = left - len(chunk) if left > 0 else left
+        limit = size if size is not None else os.fstat(f.fileno()).st_size
+        begin = _line_start(f, start, limit)
+        stop = limit if end is None or end >= limit else _line_start(f, end, limit)
+        f.seek(begin)
+        rest, left = b"", stop - begin
+        while left > 0 and (chunk := f.read(min(_CHUNK, left))):
+            left -= len(chunk)
             data = rest + chunk
             cut = data.rfind(b"\n") + 1
             if cut:
@@ -292,6 +320,23 @@ def read_lines(path: str, size: int | None = None) -> Iterator[pa.Array]:
             rest = data[cut:]
     if rest:
         yield split_lines(rest + b"\n")
+
+
+def _line_start(f, at: int, limit: int) -> int:
+    """Where the first line that starts at or after byte ``at`` begins (``limit`` if none)."""
+    if at <= 0:
+        return 0
+    f.seek(at - 1)
+    pos = at - 1
+    while pos < limit:
+        block = f.read(min(1 << 16, limit - pos))
+        if not block:
+            break
+        nl = block.find(b"\n")
+        if nl >= 0:
+            return pos + nl + 1
+        pos += len(block)
+    return limit
 
 
 def split_lines(data) -> pa.Array:
@@ -315,8 +360,8 @@ class FilesDataSource(DataSource):
     def name(cls) -> str:
         return "pidquota-files"
 
-    def schema(self) -> str:
-        return SCHEMA
+    def schema(self):
+        return from_arrow_schema(screened_schema(_ARROW)) if screen_limit(self.options) else SCHEMA
 
     def streamReader(self, schema) -> FileStreamReader:
         return FileStreamReader(self.options)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadMaxRows,
@@ -27,6 +28,7 @@ from pyspark.sql.streaming.datasource import (
 
 from store.kafka import KafkaError, consumer, normalized, parse_starting_offsets, safe_options
 from streaming import stopping
+from streaming.screen import screen_batches, screen_limit, screened_schema
 
 SCHEMA = "value string, kafka_topic string, kafka_partition int, kafka_offset long, kafka_timestamp long"
 _ARROW = pa.schema(
@@ -284,7 +286,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: KafkaRange) -> Iterator[pa.RecordBatch]:
         from streaming.kafka_fetch import read_range  # Fetch requests decoded straight into Arrow
 
-        return read_range(partition, _lost)
+        limit = screen_limit(partition.options)
+        batches = read_range(partition, _lost)
+        return screen_batches(batches, _ARROW, limit) if limit else batches
 
 
 class KafkaDataSource(DataSource):
@@ -295,8 +299,8 @@ class KafkaDataSource(DataSource):
     def name(cls) -> str:
         return "pidquota-kafka"
 
-    def schema(self) -> str:
-        return SCHEMA
+    def schema(self):
+        return from_arrow_schema(screened_schema(_ARROW)) if screen_limit(self.options) else SCHEMA
 
     def streamReader(self, schema) -> KafkaStreamReader:
         return KafkaStreamReader(self.options)

@@ -30,6 +30,7 @@ from streaming.schema import (
     STATE_SCHEMA,
 )
 from streaming.screen import FOLDED, Screen
+from streaming.screen import OPTION as SCREEN_OPTION
 
 COMPACT_COLUMNS = ("principal", "producer_id", "timestamps", "epochs", "dead")
 
@@ -41,9 +42,13 @@ COMPACT_COLUMNS = ("principal", "producer_id", "timestamps", "epochs", "dead")
 # from event time upstream and drives eviction. A test pins this behaviour.
 
 
-def file_source(spark, path: str, max_files: int, checkpoint: str, stop_flag: str = "") -> DataFrame:
+def file_source(
+    spark, path: str, max_files: int, checkpoint: str, stop_flag: str = "", screen: int = 0
+) -> DataFrame:
     """A JSON-lines file, or a folder of them, as a stream of ``value`` lines
-    (``streaming/file_source.py``: a fixed order, and every file named is read)."""
+    (``streaming/file_source.py``: a fixed order, and every file named is read).
+    ``screen`` (the principal length limit) makes the source screen its lines
+    itself (``streaming/screen.py``), for :func:`enforcer`."""
     from streaming.file_source import LEDGER, FilesDataSource, check_input
 
     check_input(path)
@@ -64,11 +69,14 @@ def file_source(spark, path: str, max_files: int, checkpoint: str, stop_flag: st
         reader = reader.option("maxFilesPerTrigger", max_files)
     if stop_flag:
         reader = reader.option(stopping.OPTION, stop_flag)
+    if screen:
+        return reader.option(SCREEN_OPTION, screen).load()
     return reader.load().select(F.col("value").cast("string").alias("value"), "source_file")
 
 
-def kafka_source(spark, url, config, stop_flag: str = "") -> DataFrame:
-    """A Kafka topic as a stream of ``value`` lines plus the record's position and time."""
+def kafka_source(spark, url, config, stop_flag: str = "", screen: int = 0) -> DataFrame:
+    """A Kafka topic as a stream of ``value`` lines plus the record's position and time
+    (``screen``: screened in the source, as :func:`file_source`)."""
     options = {
         "kafka.bootstrap.servers": url.bootstrap,
         "subscribe": url.topic,
@@ -80,6 +88,8 @@ def kafka_source(spark, url, config, stop_flag: str = "") -> DataFrame:
     }
     if stop_flag:
         options[stopping.OPTION] = stop_flag
+    if screen:
+        options[SCREEN_OPTION] = str(screen)
     if config["pidquota.max.events.per.trigger"]:
         options["maxOffsetsPerTrigger"] = str(config["pidquota.max.events.per.trigger"])
     # (Spark lower-cases these keys on the way to the reader, which expects that.)
@@ -93,11 +103,14 @@ def screened(lines: DataFrame, max_principal: int) -> DataFrame:
     Plain events are certified and folded in Arrow (``streaming/screen.py``);
     every other line takes Spark's strict parse, whose expressions see NULL
     for the certified rows and cost next to nothing there."""
-    others = [c for c in lines.columns if c != "value"]
-    binary = lines.select(F.col("value").cast("binary").alias("value"), *others)
-    screen = Screen(to_arrow_schema(binary.schema), max_principal)
-    schema = from_arrow_schema(pa.schema(list(screen.schema)))
-    out = binary.mapInArrow(screen, schema)
+    folded = {n for n, _ in FOLDED}
+    others = [c for c in lines.columns if c != "value" and c not in folded]
+    if "check" in lines.columns:  # the source screened its lines itself (streaming/screen.py OPTION)
+        out = lines
+    else:
+        binary = lines.select(F.col("value").cast("binary").alias("value"), *others)
+        screen = Screen(to_arrow_schema(binary.schema), max_principal)
+        out = binary.mapInArrow(screen, from_arrow_schema(pa.schema(list(screen.schema))))
     check = F.col("check")
     unchecked = out.select(
         F.when(check, F.col("value").cast("string")).alias("value"), *others, *(n for n, _ in FOLDED)

@@ -133,6 +133,39 @@ def _fold(events: pa.Table) -> pa.Table:
     return folded
 
 
+# A source option: screen the lines in the source itself, with this principal length
+# limit. The lines then never cross to the JVM and back to Python for the screen:
+# only the folded rows and the unchecked lines do.
+OPTION = "screenMaxPrincipal"
+
+
+def screen_limit(options) -> int | None:
+    """The source option's principal length limit, or None: the source yields lines."""
+    value = options.get(OPTION) or options.get(OPTION.lower())
+    return int(value) if value else None
+
+
+def as_binary(schema: pa.Schema) -> pa.Schema:
+    """A line schema with ``value`` as binary, as the screen takes it."""
+    return schema.set(schema.get_field_index("value"), pa.field("value", pa.binary()))
+
+
+def screened_schema(line_schema: pa.Schema) -> pa.Schema:
+    """What a screening source yields: the folded columns, then the line columns."""
+    return pa.schema([*FOLDED, *as_binary(line_schema)])
+
+
+def screen_batches(batches: Iterator[pa.RecordBatch], line_schema: pa.Schema, max_principal: int):
+    """A source's line batches screened (``value`` made binary first if it is a string)."""
+    screen = Screen(as_binary(line_schema), max_principal)
+    i = line_schema.get_field_index("value")
+    for batch in batches:
+        if batch.num_rows:
+            if not pa.types.is_binary(batch.schema.field(i).type):
+                batch = batch.set_column(i, "value", batch.column(i).cast(pa.binary()))
+            yield from screen.screen(batch)
+
+
 class Screen:
     """``mapInArrow`` function: line batches in (``value`` binary plus the source's
     columns), folded certified events and unchecked lines out (``schema``)."""

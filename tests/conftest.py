@@ -51,6 +51,7 @@ class Enforcer:
         self.input.mkdir(parents=True, exist_ok=True)
         self.config = load(overrides={"pidquota.spark.shuffle.partitions": "2", **settings}, environ={})
         self.quotas = StaticQuotas(quotas)
+        self.screen = self.config["pidquota.principal.max.length"]  # as the CLI: lines screened in the source
         self.last_progress = None
 
     def run(self, events: list, name: str = "events") -> dict[str, pd.DataFrame]:
@@ -58,7 +59,9 @@ class Enforcer:
 
         n = len(list(self.input.glob("*.jsonl")))
         write_events(self.input / f"{n:03d}-{name}.jsonl", events)
-        return self._run(q.file_source(self.spark, str(self.input), 0, str(self.out / "_ck")))
+        return self._run(
+            q.file_source(self.spark, str(self.input), 0, str(self.out / "_ck"), screen=self.screen)
+        )
 
     def run_batches(self, batches: list[list], name: str = "events") -> dict[str, pd.DataFrame]:
         """Write each list of events as a file and run once, one file per micro-batch."""
@@ -67,7 +70,9 @@ class Enforcer:
         n = len(list(self.input.glob("*.jsonl")))
         for k, events in enumerate(batches):
             write_events(self.input / f"{n + k:03d}-{name}.jsonl", events)
-        return self._run(q.file_source(self.spark, str(self.input), 1, str(self.out / "_ck")))
+        return self._run(
+            q.file_source(self.spark, str(self.input), 1, str(self.out / "_ck"), screen=self.screen)
+        )
 
     def run_lines(self, lines: list, name: str = "lines") -> dict[str, pd.DataFrame]:
         """Write raw records (str or bytes, one per line) as they are, and run on the folder."""
@@ -76,7 +81,9 @@ class Enforcer:
         n = len(list(self.input.glob("*.jsonl")))
         data = [x if isinstance(x, bytes) else x.encode("utf-8") for x in lines]
         (self.input / f"{n:03d}-{name}.jsonl").write_bytes(b"\n".join(data) + b"\n")
-        return self._run(q.file_source(self.spark, str(self.input), 0, str(self.out / "_ck")))
+        return self._run(
+            q.file_source(self.spark, str(self.input), 0, str(self.out / "_ck"), screen=self.screen)
+        )
 
     def run_kafka(self, url: str, kafka_out: dict | None = None) -> dict[str, pd.DataFrame]:
         """Everything available in a Kafka topic, like ``run --input kafka://... --once``."""
@@ -85,7 +92,9 @@ class Enforcer:
         from streaming.kafka_source import KafkaDataSource
 
         self.spark.dataSource.register(KafkaDataSource)
-        return self._run(q.kafka_source(self.spark, KafkaUrl.parse(url), self.config), kafka_out)
+        return self._run(
+            q.kafka_source(self.spark, KafkaUrl.parse(url), self.config, screen=self.screen), kafka_out
+        )
 
     def _run(self, lines, kafka_out: dict | None = None) -> dict[str, pd.DataFrame]:
         from streaming import query as q

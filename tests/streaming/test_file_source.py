@@ -104,3 +104,32 @@ def test_lines_split_like_a_text_reader_at_any_chunk_size(tmp_path, monkeypatch,
     (tmp_path / "f").write_bytes(data)
     got = [v for arr in fs.read_lines(str(tmp_path / "f")) for v in arr.to_pylist()]
     assert got == [b'{"a":1}', b"", b"\xff\xfe junk", b'{"b":2}', b"last"]
+
+
+@pytest.mark.parametrize("tail", [b"\n", b"", b"\r\n"])
+@pytest.mark.parametrize("split_bytes", [1, 7, 64, 1 << 20])
+def test_a_file_split_into_ranges_reads_every_line_once(tmp_path, monkeypatch, tail, split_bytes):
+    lines = [b"x" * n for n in (0, 1, 5, 63, 64, 65, 200, 3, 0, 17)] + [b"last"]
+    path = tmp_path / "f"
+    path.write_bytes(b"\n".join(lines[:3]) + b"\r\n" + b"\n".join(lines[3:]) + tail)
+    monkeypatch.setattr(fs, "SPLIT_BYTES", split_bytes)
+    size = path.stat().st_size
+    ranges = fs.split(str(path), size)
+    assert len(ranges) == max(1, -(-size // split_bytes))
+    got = [
+        v for r in ranges for arr in fs.read_lines(r.path, r.size, r.start, r.end) for v in arr.to_pylist()
+    ]
+    assert got == lines
+
+
+def test_a_range_reads_only_to_the_listed_size(tmp_path, monkeypatch):
+    path = tmp_path / "f"
+    monkeypatch.setattr(fs, "SPLIT_BYTES", 3)
+    path.write_bytes(b"a\nbb\nccc\ndddd\n")  # grew after it was listed at 9 bytes
+    got = [
+        v
+        for r in fs.split(str(path), 9)
+        for arr in fs.read_lines(r.path, r.size, r.start, r.end)
+        for v in arr.to_pylist()
+    ]
+    assert got == [b"a", b"bb", b"ccc"]
