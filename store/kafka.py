@@ -141,7 +141,9 @@ def _connected(kind, options: dict, defaults: dict, extra: dict):
     try:
         return kind(**kwargs)
     except KafkaTimeoutError:  # no broker answered: bootstrapping timed out
-        waited = kwargs.get("bootstrap_timeout_ms", kind.DEFAULT_CONFIG.get("bootstrap_timeout_ms"))
+        waited = kwargs.get(
+            "bootstrap_timeout_ms", getattr(kind, "DEFAULT_CONFIG", {}).get("bootstrap_timeout_ms")
+        )
         within = f" within {waited / 1000:g} s" if waited else ""
         raise KafkaError(
             f"cannot connect to Kafka at {options['kafka.bootstrap.servers']}: no broker answered{within}; "

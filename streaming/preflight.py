@@ -352,8 +352,33 @@ def sniff_offsets(ckpt: Path) -> Source | None:
     return None
 
 
-def write_marker(checkpoint: str, source: Source) -> None:
-    """Record the source in ``CHECKPOINT/pidquota-source.json`` (a remote checkpoint: skipped)."""
+def check_state_layout(checkpoint: str, buckets: int) -> None:
+    """Refuse a checkpoint whose state was grouped otherwise (``pidquota.state.buckets``): its
+    principals' state would be looked for in the wrong groups, or not be pidquota's layout."""
+    ckpt = local_path(checkpoint)
+    if ckpt is None or not ckpt.is_dir() or not (ckpt / "state").is_dir():
+        return
+    try:
+        recorded = json.loads((ckpt / MARKER).read_text(encoding="utf-8")).get("state_buckets")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if recorded == buckets:
+        return
+    if recorded is None:
+        raise ConfigError(
+            f"the checkpoint {checkpoint} holds state from an older pidquota (one state row per principal, "
+            "before pidquota.state.buckets), which this version cannot read; start with a new checkpoint "
+            "(--fresh, or another --checkpoint)"
+        )
+    raise ConfigError(
+        f"the checkpoint {checkpoint} keeps its state in pidquota.state.buckets={recorded} groups, not "
+        f"{buckets}; set pidquota.state.buckets={recorded} again, or start with a new checkpoint (--fresh)"
+    )
+
+
+def write_marker(checkpoint: str, source: Source, buckets: int | None = None) -> None:
+    """Record the source and the state's grouping in ``CHECKPOINT/pidquota-source.json``
+    (a remote checkpoint: skipped)."""
     ckpt = local_path(checkpoint)
     if ckpt is None:
         return
@@ -361,7 +386,10 @@ def write_marker(checkpoint: str, source: Source) -> None:
     tmp = ckpt / f".{MARKER}.tmp"
     try:
         ckpt.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"kind": source.kind, "input": source.input}) + "\n", encoding="utf-8")
+        marker_json = {"kind": source.kind, "input": source.input}
+        if buckets is not None:
+            marker_json["state_buckets"] = buckets
+        tmp.write_text(json.dumps(marker_json) + "\n", encoding="utf-8")
         os.replace(tmp, marker)
     except OSError as exc:
         raise PidquotaError(f"cannot write {marker}: {exc.strerror or exc}") from None

@@ -22,11 +22,8 @@ from streaming.parse import parse_events
 from streaming.schema import (
     DEAD_PRINCIPAL,
     KIND_DEAD,
-    KIND_DECISION,
     KIND_EVENT,
-    OUTPUT_COLUMNS,
     OUTPUT_SCHEMA,
-    PARSED_COLUMNS,
     STATE_SCHEMA,
 )
 from streaming.screen import FOLDED, Screen
@@ -166,15 +163,6 @@ def enforcer(lines: DataFrame, config: Config, quotas: QuotaSource, screen: bool
             judge, OUTPUT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
         )
     )
-
-
-def pass_through(lines: DataFrame, config: Config) -> DataFrame:
-    """Same source, parse and output shape, no stateful operator (benchmark baseline)."""
-    events = parse_events(lines, config["pidquota.principal.max.length"])
-    cols = {c: F.lit(None).cast(OUTPUT_SCHEMA[c].dataType) for c in OUTPUT_COLUMNS}
-    cols.update({c: F.col(c) for c in PARSED_COLUMNS})
-    cols["kind"] = F.when(F.col("kind") == KIND_EVENT, F.lit(KIND_DECISION)).otherwise(F.col("kind"))
-    return events.select(*(cols[c].alias(c) for c in OUTPUT_COLUMNS))
 
 
 def start(output: DataFrame, sink, checkpoint: str, once: bool, trigger_ms: int, name: str = "pidquota"):

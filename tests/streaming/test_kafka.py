@@ -68,8 +68,8 @@ def test_max_offsets_per_trigger_splits_batches(kafka, make_enforcer, tmp_path):
     kafka.produce("limited", lines, keys)
     runner = make_enforcer(tmp_path, QUOTAS, **{"pidquota.max.events.per.trigger": "1000"})
     out = runner.run_kafka(f"kafka://{kafka.bootstrap}/limited")
-    rows = [p["numInputRows"] for p in runner.last_progress if p["numInputRows"]]
-    assert max(rows) <= 1000 and sum(rows) == len(lines) and len(rows) >= len(lines) // 1000
+    per_batch = out["metrics"].groupby("batch_id").events.sum()  # Spark's numInputRows counts folded rows
+    assert per_batch.max() <= 1000 and len(per_batch) >= len(lines) // 1000
     assert out["metrics"].events.sum() == len(lines)
 
 
@@ -185,7 +185,10 @@ def test_stream_writer_sends_a_streaming_query_to_kafka(kafka, spark, tmp_path):
     ]
     (tmp_path / "in" / "e.jsonl").write_text("\n".join(lines) + "\n")
     config = load(environ={}, overrides={"pidquota.spark.shuffle.partitions": "2"})
-    out = q.pass_through(q.file_source(spark, str(tmp_path / "in"), 0, str(tmp_path / "ck")), config)
+    from quota import StaticQuotas
+
+    lines_in = q.file_source(spark, str(tmp_path / "in"), 0, str(tmp_path / "ck"), screen=256)
+    out = q.enforcer(lines_in, config, StaticQuotas({"<default>": 100}))
     query = (
         out.writeStream.format("pidquota-kafka")
         .option("kafka.bootstrap.servers", kafka.bootstrap)

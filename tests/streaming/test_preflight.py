@@ -349,3 +349,19 @@ def test_a_remote_checkpoint_is_refused_where_pidquota_keeps_files_beside_it():
     preflight.check_local_checkpoint("file:///tmp/ck", file_input=True, publishing=True)
     with pytest.raises(ConfigError, match="keeps the list of files it has read there and publishing"):
         preflight.check_local_checkpoint("s3a://b/ck", file_input=True, publishing=True)
+
+
+def test_a_checkpoint_s_state_grouping_must_match(tmp_path):
+    ckpt = tmp_path / "ck"
+    preflight.check_state_layout(str(ckpt), 64)  # nothing there yet
+    preflight.write_marker(str(ckpt), Source.of(None), 64)
+    preflight.check_state_layout(str(ckpt), 0)  # no state yet: any grouping may start it
+    (ckpt / "state").mkdir()
+    preflight.check_state_layout(str(ckpt), 64)
+    with pytest.raises(
+        ConfigError, match=r"pidquota.state.buckets=64 groups, not 0; set pidquota.state.buckets=64"
+    ):
+        preflight.check_state_layout(str(ckpt), 0)
+    preflight.write_marker(str(ckpt), Source.of(None))  # as an older pidquota wrote it
+    with pytest.raises(ConfigError, match="older pidquota .* new checkpoint"):
+        preflight.check_state_layout(str(ckpt), 64)
