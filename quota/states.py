@@ -22,7 +22,7 @@ whose timer is 100. A batch brings events of b only, with the watermark at
 and evicted (or re-armed). The group's timer becomes 400, or a's new one.
 
 Layout: ``b"PQS" + version (1 byte) + count (uint32)``, then per principal
-``name length (uint16), name (UTF-8), timer (int64), blob length (uint32),
+``name length (uint32), name (UTF-8), timer (int64), blob length (uint32),
 blob``.
 """
 
@@ -34,7 +34,7 @@ from conf.errors import CorruptStateError
 
 MAGIC, VERSION = b"PQS", 1
 _HEAD = struct.Struct("<3sBI")
-_NAME = struct.Struct("<H")
+_NAME = struct.Struct("<I")
 _ENTRY = struct.Struct("<qI")
 
 

@@ -8,8 +8,9 @@ through this screen first (``mapInArrow``, per input partition):
 
 1. **Shape.** A record is a candidate when its bytes match ``_PLAIN``: it
    starts with ``{`` and ends with ``}``, holds no other brace or bracket, no
-   backslash and no control character, and is at most ``MAX_PLAIN_BYTES``
-   long. So it is one flat object, and each ``"`` delimits a string.
+   backslash and no control character, is valid UTF-8, has no ``NaN`` or
+   ``Inf`` value and is at most ``MAX_PLAIN_BYTES`` long. So it is one flat
+   object, and each ``"`` delimits a string.
 2. **Types.** The candidates are parsed together by Arrow's JSON reader with
    the event fields' types given (``unexpected_field_behavior="infer"``). It
    refuses what the strict parse refuses: a string where an integer belongs
@@ -51,9 +52,15 @@ import pyarrow.json as pj
 
 from streaming.schema import EVENT_FIELDS
 
-MAX_PLAIN_BYTES = 65_536  # longer records are rare; the strict parse takes them
+# Longer records go to the strict parse. Within 1000 bytes there is no room for what
+# Spark's JSON parser refuses by length and Arrow's accepts: a number of 1000 digits, a
+# key of 50,000 characters.
+MAX_PLAIN_BYTES = 1000
 LEAF_ROWS = 64  # a refused block is halved down to this many records
 _PLAIN = r"^\{[^{}\[\]\\\x00-\x1f]*\}$"
+# Arrow reads NaN, Inf and Infinity as numbers; Spark's parser refuses them (conservative:
+# a string such as "User:Inf" also takes the strict parse).
+_NON_FINITE = r"[:,]\s*-?(NaN|Inf)"
 _ALNUM = "[0-9A-Za-z]"
 _READ_SCHEMA = pa.schema(
     [(name, pa.string() if t.typeName() == "string" else pa.int64()) for name, t, _, _ in EVENT_FIELDS]
@@ -105,6 +112,26 @@ def _read_all(values: pa.Array) -> tuple[list[pa.Table], np.ndarray]:
             todo += [(mid, hi), (lo, mid)]
     idx = np.concatenate(taken) if taken else np.empty(0, dtype=np.int64)
     return tables, idx
+
+
+def _candidates(values: pa.Array) -> np.ndarray:
+    """Indices of the plain records (module docstring, step 1) that are valid UTF-8."""
+    plain = pc.fill_null(pc.match_substring_regex(values, _PLAIN), False)
+    plain = pc.and_(plain, pc.less_equal(pc.binary_length(values), MAX_PLAIN_BYTES))
+    plain = pc.and_(plain, pc.invert(pc.fill_null(pc.match_substring_regex(values, _NON_FINITE), True)))
+    idx = np.flatnonzero(plain.to_numpy(zero_copy_only=False))
+    try:
+        values.take(idx).cast(pa.string())  # Arrow checks UTF-8 here
+    except pa.ArrowInvalid:  # rare: find the records that are not; the strict parse mends them
+        good = []
+        for i, v in zip(idx.tolist(), values.take(idx).to_pylist(), strict=True):
+            try:
+                v.decode("utf-8")
+                good.append(i)
+            except UnicodeDecodeError:
+                pass
+        idx = np.asarray(good, dtype=np.int64)
+    return idx
 
 
 def _certified(table: pa.Table, fallback: pa.Array | None, max_principal: int) -> tuple[pa.Array, pa.Array]:
@@ -177,15 +204,16 @@ class Screen:
         self.schema = pa.schema([*FOLDED, *line_schema])
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        i = self.line_schema.get_field_index("value")
         for batch in batches:
             if batch.num_rows:
+                if batch.schema.field(i).type != pa.binary():  # e.g. large_binary
+                    batch = batch.set_column(i, "value", batch.column(i).cast(pa.binary()))
                 yield from self.screen(batch)
 
     def screen(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        candidates = _candidates(batch.column("value"))
         values = batch.column("value")
-        plain = pc.fill_null(pc.match_substring_regex(values, _PLAIN), False)
-        plain = pc.and_(plain, pc.less_equal(pc.binary_length(values), MAX_PLAIN_BYTES))
-        candidates = np.flatnonzero(plain.to_numpy(zero_copy_only=False))
         tables, idx = _read_all(values.take(candidates)) if len(candidates) else ([], np.empty(0, np.int64))
         rows = candidates[idx]
         certified = np.zeros(batch.num_rows, dtype=bool)

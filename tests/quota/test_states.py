@@ -11,6 +11,7 @@ def test_round_trip_keeps_every_principal_timer_and_blob():
     s.put("User:a", b"\x00\x01", 100)
     s.put("User:é", b"", 250)
     s.put("", b"x" * 70_000, 7)
+    s.put("User:" + "\u4e2d" * 30_000, b"y", 9)  # a name of 90 KB in UTF-8
     back = PrincipalStates.from_bytes(s.to_bytes())
     assert back.entries == s.entries
     assert back.next_timer_ms() == 7
@@ -26,7 +27,7 @@ def test_due_is_timer_before_the_watermark_and_skips_principals_with_events():
 
 
 @pytest.mark.parametrize(
-    "blob", [b"", b"PQS\x02\x00\x00\x00\x00", b"PQS\x01\x01\x00\x00\x00\x05\x00ab", b"not ours"]
+    "blob", [b"", b"PQS\x02\x00\x00\x00\x00", b"PQS\x01\x01\x00\x00\x00\x05\x00\x00\x00ab", b"not ours"]
 )
 def test_a_blob_that_is_not_ours_says_so(blob):
     with pytest.raises(CorruptStateError, match="new checkpoint"):
