@@ -8,6 +8,7 @@ out-of-range value raises :class:`ConfigError` naming the key.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from collections.abc import Mapping
@@ -86,7 +87,10 @@ def coerce(setting: Setting, raw: Any, origin: str) -> Any:
 
 
 def _unknown(name: str, origin: str) -> ConfigError:
-    close = [s.name for s in SETTINGS if name.split(".")[-1] in s.name.split(".")]
+    names = [s.name for s in SETTINGS]
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.8) or [
+        n for n in names if name.split(".")[-1] in n.split(".")
+    ]
     hint = f"; did you mean {close[0]!r}?" if close else "; see conf/pidquota.properties for the keys"
     return ConfigError(f"unknown setting {name!r} (from {origin}){hint}")
 
@@ -138,6 +142,9 @@ def load(
     for var, raw in env.items():
         if var.startswith("PIDQUOTA_"):
             if var not in _ENV_TO_NAME:
+                close = difflib.get_close_matches(var, list(_ENV_TO_NAME), n=1, cutoff=0.8)
+                if close:
+                    raise ConfigError(f"unknown environment variable {var}; did you mean {close[0]}?")
                 raise ConfigError(
                     f"unknown environment variable {var}; pidquota settings map to "
                     "PIDQUOTA_<NAME_WITH_UNDERSCORES> without the pidquota. prefix, e.g. "

@@ -36,13 +36,24 @@ class KafkaUrl:
     @classmethod
     def parse(cls, url: str) -> KafkaUrl:
         """``kafka://HOST[:PORT][,HOST[:PORT]...]/TOPIC``; ``bootstrap`` names every port (default 9092)."""
+        shown = _redacted(url)
+        if "@" in url.split("/", 3)[2 if url.startswith("kafka://") else 0]:
+            raise ConfigError(
+                f"{shown!r}: a Kafka URL takes no user or password; set pidquota.kafka.sasl.username "
+                "and PIDQUOTA_KAFKA_SASL_PASSWORD instead"
+            )
         m = re.match(r"^kafka://([^/]+)/([A-Za-z0-9._-]+)$", url)
         if not m:
-            raise ConfigError(f"{url!r} is not a Kafka URL; use {URL_FORM}")
+            raise ConfigError(f"{shown!r} is not a Kafka URL; use {URL_FORM}")
         try:
             return cls(with_ports(m.group(1)), m.group(2))
         except ConfigError as exc:
-            raise ConfigError(f"{url!r} is not a Kafka URL: {exc}; use {URL_FORM}") from None
+            raise ConfigError(f"{shown!r} is not a Kafka URL: {exc}; use {URL_FORM}") from None
+
+
+def _redacted(url: str) -> str:
+    """A URL fit for a message: ``user:password@`` replaced."""
+    return re.sub(r"^(kafka://)[^/@]*@", r"\1***@", url)
 
 
 def with_ports(hosts: str) -> str:

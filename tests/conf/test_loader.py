@@ -83,3 +83,10 @@ def test_malformed_properties_and_missing_file(tmp_path):
         load(tmp_path / "missing.properties", environ={})
     with pytest.raises(ConfigError, match="--set expects key=value"):
         parse_overrides(["novalue"])
+
+
+def test_a_near_miss_key_or_variable_gets_a_suggestion():
+    with pytest.raises(ConfigError, match="did you mean 'pidquota.state.buckets'"):
+        load(overrides={"pidquota.state.bucket": "8"}, environ={})
+    with pytest.raises(ConfigError, match="did you mean PIDQUOTA_STATE_BUCKETS"):
+        load(environ={"PIDQUOTA_STATE_BUCKET": "8"})

@@ -348,3 +348,11 @@ def test_a_missing_topic_or_bad_starting_offsets_fail_at_start_up(kafka, tmp_pat
     assert err.startswith("pidquota: error: ") and "-7" in err and len(err.splitlines()) == 1
     assert main(["run", "--input", f"kafka://{kafka.bootstrap}/there", *out]) == 2
     assert capsys.readouterr().err.strip() == "pidquota: error: Spark would start here"
+
+
+def test_a_password_in_a_kafka_url_is_refused_without_echoing_it():
+    from store.kafka import KafkaUrl
+
+    with pytest.raises(ConfigError) as err:
+        KafkaUrl.parse("kafka://user:s3cret@localhost/events")
+    assert "s3cret" not in str(err.value) and "pidquota.kafka.sasl.username" in str(err.value)
