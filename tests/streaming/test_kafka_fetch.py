@@ -161,7 +161,7 @@ def test_output_schema_and_batch_size(kafka, monkeypatch):
 def test_a_broker_that_stops_answering_fails_the_read_clearly_then_it_resumes(tmp_path):
     from conftest import Tansu
 
-    broker = Tansu(tmp_path)
+    broker = Tansu(tmp_path, gated=True)
     broker.start()
     try:
         broker.produce("stall", [f"s{i}" for i in range(20)], partitions=1)
