@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 from conf.errors import PidquotaError
-from conf.paths import local_path
 from quota.resolver import QuotaSource, resolve
 from store.decisions import FENCED, DecisionStore, WriteResult
 from store.state import UserState
@@ -19,10 +17,11 @@ class RedisPublisher:
 
     Each batch publishes, per user in its metrics rows, one hash in that
     user's event time (:class:`store.state.UserState`), in one fenced write
-    (:class:`DecisionStore`). The query id comes from the checkpoint's
-    ``metadata`` file, which Spark writes before the first batch and keeps
-    across restarts; this run takes a new writer generation before its first
-    write, so an older run of the same query (a zombie) is refused.
+    (:class:`DecisionStore`). The fence is per query: ``query_id`` is Spark's
+    ``StreamingQuery.id``, which the checkpoint keeps across restarts (the sink
+    binds it from the first batch, so the checkpoint may be on any filesystem);
+    this run takes a new writer generation before its first write, so an older
+    run of the same query (a zombie) is refused.
 
     * **Quota changes.** Users whose last state was throttled are kept here
       (only those). If a user's quota in ``quotas`` no longer equals the
@@ -40,11 +39,10 @@ class RedisPublisher:
     """
 
     def __init__(
-        self, store: DecisionStore, quotas: QuotaSource, window_ms: int, checkpoint: str | None = None
+        self, store: DecisionStore, quotas: QuotaSource, window_ms: int, query_id: str | None = None
     ) -> None:
         self.store, self.quotas, self.window_ms = store, quotas, int(window_ms)
-        self.checkpoint = checkpoint
-        self._query_id: str | None = None
+        self._query_id = query_id
         self.generation: int | None = None  # taken lazily, before the first write
         self.fenced = 0
         self.failed_publishes = 0
@@ -57,21 +55,19 @@ class RedisPublisher:
     @property
     def query_id(self) -> str:
         if self._query_id is None:
-            folder = local_path(self.checkpoint or "")
-            if folder is None:
-                raise PidquotaError(
-                    f"publishing throttle state to Redis needs a local (or mounted) checkpoint folder to read "
-                    f"the query id from; {self.checkpoint!r} is not. Use a path or a file:// URI"
-                )
-            meta = folder / "metadata"
-            try:
-                self._query_id = json.loads(meta.read_text().splitlines()[0])["id"]
-            except (OSError, ValueError, IndexError, KeyError) as exc:
-                raise PidquotaError(
-                    f"cannot read the query id from {str(meta)!r} ({type(exc).__name__}); "
-                    "the publisher needs the query's checkpoint folder (set RedisPublisher.checkpoint)"
-                ) from None
+            raise PidquotaError(
+                "the Redis publisher is not bound to a streaming query yet; the sink binds it "
+                "(RedisPublisher.bind) with the query id of its first batch"
+            )
         return self._query_id
+
+    @property
+    def bound(self) -> bool:
+        return self._query_id is not None
+
+    def bind(self, query_id: str) -> None:
+        """Publish for this query (Spark's ``StreamingQuery.id``, the same across restarts)."""
+        self._query_id = query_id
 
     def __call__(self, batch_id: int, frames: dict) -> None:
         import redis

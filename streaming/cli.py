@@ -113,7 +113,7 @@ def _run(args: argparse.Namespace, signals: _Signals) -> int:
     if kafka_input:
         KafkaUrl.parse(kafka_input)  # a malformed URL fails now, before Spark starts
     kafka_out = kafka_outputs(config, kafka_input)
-    reads, resumed = _start_up_checks(args, config, out, checkpoint, publish is not None)
+    reads, resumed = _start_up_checks(args, config, out, checkpoint)
 
     from streaming import query as q
     from streaming.session import spark_session
@@ -128,8 +128,6 @@ def _run(args: argparse.Namespace, signals: _Signals) -> int:
     )  # once Java is there: a failed start leaves no trace
     lines, on_batch = _lines(spark, args, config, kafka_input, checkpoint, speed, str(signals.flag))
     sink = JsonlSink(out, on_batch=on_batch, kafka=kafka_out, publish=publish)
-    if publish is not None:
-        publish.checkpoint = checkpoint
     query = q.start(
         q.enforcer(lines, config, quotas), sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"]
     )
@@ -198,7 +196,7 @@ def _lines(
 
 
 def _start_up_checks(
-    args: argparse.Namespace, config, out: Path, checkpoint: str, publishing: bool
+    args: argparse.Namespace, config, out: Path, checkpoint: str
 ) -> tuple[preflight.Source, bool]:
     """The input is there (a Kafka input's brokers answer), ``--fresh`` deleted what it should,
     and the checkpoint is this source's. Returns the source and whether the run resumes a
@@ -208,7 +206,7 @@ def _start_up_checks(
     preflight.check_input(reads)
     if reads.kind == "kafka":
         preflight.check_kafka(KafkaUrl.parse(args.input), config)
-    preflight.check_local_checkpoint(checkpoint, reads.kind == "file", publishing)
+    preflight.check_local_checkpoint(checkpoint, reads.kind == "file")
     if args.fresh:
         preflight.fresh(out, checkpoint)
     preflight.check_checkpoint(checkpoint, reads, out)

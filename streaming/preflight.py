@@ -117,22 +117,14 @@ def check_quotas_flag(args, config) -> None:
         )
 
 
-def check_local_checkpoint(checkpoint: str, file_input: bool, publishing: bool) -> None:
-    """What pidquota keeps beside Spark's checkpoint needs it to be a local (or mounted) folder."""
-    if local_path(checkpoint) is not None:
-        return
-    needs = [
-        why
-        for why, applies in (
-            ("a file input keeps the list of files it has read there", file_input),
-            ("publishing to Redis reads the query id there", publishing),
-        )
-        if applies
-    ]
-    if needs:
+def check_local_checkpoint(checkpoint: str, file_input: bool) -> None:
+    """A file input keeps the list of files it has read beside Spark's checkpoint, so the
+    checkpoint must then be a local (or mounted) folder; a Kafka input's may be anywhere."""
+    if file_input and local_path(checkpoint) is None:
         raise ConfigError(
-            f"the checkpoint {checkpoint} is not a local or mounted folder, but {' and '.join(needs)}; "
-            "use a path or a file:// URI"
+            f"the checkpoint {checkpoint} is not a local or mounted folder, but a file input keeps the "
+            "list of files it has read there; use a path or a file:// URI (on a cluster: a folder "
+            "every node mounts, such as NFS)"
         )
 
 

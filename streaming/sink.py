@@ -49,6 +49,17 @@ def _frames(table: pa.Table, batch_id: int) -> dict[str, pd.DataFrame]:
     return frames
 
 
+def query_id_of(batch_df) -> str:
+    """The id of the streaming query whose ``foreachBatch`` got ``batch_df`` (Spark's
+    ``StreamingQuery.id``, kept by the checkpoint across restarts)."""
+    from conf.errors import PidquotaError
+
+    query_id = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+    if not query_id:
+        raise PidquotaError("no streaming query id on this batch; the sink must run in foreachBatch")
+    return query_id
+
+
 class JsonlSink:
     """Writes each micro-batch to ``DIR/{decisions,metrics,dead-letters}/``.
 
@@ -76,6 +87,8 @@ class JsonlSink:
         frames = _frames(table, batch_id)
         failed = 0
         if self.publish is not None:
+            if not self.publish.bound:
+                self.publish.bind(query_id_of(batch_df))
             # Before the files, so that the metrics rows can say how many publishes failed.
             # A replayed batch publishes again; the publisher's fencing makes that harmless.
             self.publish(batch_id, frames)

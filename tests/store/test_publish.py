@@ -4,7 +4,6 @@ Against a real redis-server; no Spark. Metrics rows come from the real
 ``quota.PrincipalQuota``, built as ``streaming/operator.py`` builds them.
 """
 
-import json
 import logging
 import threading
 
@@ -56,19 +55,17 @@ def frames(*rows) -> dict:
 
 
 @pytest.fixture
-def checkpoint(tmp_path):
-    ck = tmp_path / "_ck"
-    ck.mkdir()
-    (ck / "metadata").write_text(json.dumps({"id": "query-1"}) + "\n")
-    return str(ck)
+def query_id():
+    """The query the publisher writes for (the sink binds Spark's StreamingQuery.id)."""
+    return "query-1"
 
 
-def publisher(client, checkpoint, quotas=None) -> RedisPublisher:
-    return RedisPublisher(DecisionStore(client), quotas or Quotas({}), W, checkpoint)
+def publisher(client, query_id, quotas=None) -> RedisPublisher:
+    return RedisPublisher(DecisionStore(client), quotas or Quotas({}), W, query_id)
 
 
-def test_status_is_in_event_time_and_agrees_with_the_enforcer(redis_client, checkpoint):
-    pub = publisher(redis_client, checkpoint, Quotas({"User:crash-loop": 100}))
+def test_status_is_in_event_time_and_agrees_with_the_enforcer(redis_client, query_id):
+    pub = publisher(redis_client, query_id, Quotas({"User:crash-loop": 100}))
     q = PrincipalQuota(100, SETTINGS, OLD)
     row, decisions = enforce(q, "User:crash-loop", [OLD] * 101, range(101))
     assert decisions[-1].throttle_time_ms == 36_000  # the 101st PID waits W / R
@@ -111,8 +108,8 @@ def all_hash_values(client) -> list[str]:
     return out
 
 
-def test_values_are_rounded_and_no_hash_ever_holds_nan(redis_client, checkpoint):
-    pub = publisher(redis_client, checkpoint)
+def test_values_are_rounded_and_no_hash_ever_holds_nan(redis_client, query_id):
+    pub = publisher(redis_client, query_id)
     q = PrincipalQuota(7, SETTINGS, OLD)
     row, decisions = enforce(q, "User:r", [OLD] * 7 + [OLD + 1234], range(8))
     assert 0 < row["tokens"] < 0.01 and len(repr(row["tokens"])) > 8  # 0.0023994444...
@@ -128,8 +125,8 @@ def test_values_are_rounded_and_no_hash_ever_holds_nan(redis_client, checkpoint)
     assert StatusClient(redis_client).principals() == ["User:free", "User:nan", "User:r"]
 
 
-def test_an_unlimited_users_stale_fields_are_removed(redis_client, checkpoint):
-    pub = publisher(redis_client, checkpoint)
+def test_an_unlimited_users_stale_fields_are_removed(redis_client, query_id):
+    pub = publisher(redis_client, query_id)
     row, _ = enforce(PrincipalQuota(2, SETTINGS, OLD), "User:u", [OLD] * 3, range(3))
     pub(0, frames(row))
     assert StatusClient(redis_client).status("User:u").throttled
@@ -139,9 +136,9 @@ def test_an_unlimited_users_stale_fields_are_removed(redis_client, checkpoint):
     assert not StatusClient(redis_client).status("User:u").throttled
 
 
-def test_a_quota_raise_clears_the_throttle_from_the_next_batch(redis_client, checkpoint):
+def test_a_quota_raise_clears_the_throttle_from_the_next_batch(redis_client, query_id):
     quotas = Quotas({"User:up": 2, "User:gone": 2, "User:same": 2})
-    pub = publisher(redis_client, checkpoint, quotas)
+    pub = publisher(redis_client, query_id, quotas)
     rows = [enforce(PrincipalQuota(2, SETTINGS, OLD), p, [OLD] * 3, range(3))[0] for p in quotas.quotas]
     pub(0, frames(*rows))
     status = StatusClient(redis_client)
@@ -161,9 +158,9 @@ def test_a_quota_raise_clears_the_throttle_from_the_next_batch(redis_client, che
     assert status.status("User:up").metrics["batch_id"] == 1
 
 
-def test_two_live_writers_on_one_query_the_newer_generation_wins(redis_server, checkpoint, caplog):
-    a = publisher(redis.Redis.from_url(redis_server), checkpoint)
-    b = publisher(redis.Redis.from_url(redis_server), checkpoint)
+def test_two_live_writers_on_one_query_the_newer_generation_wins(redis_server, query_id, caplog):
+    a = publisher(redis.Redis.from_url(redis_server), query_id)
+    b = publisher(redis.Redis.from_url(redis_server), query_id)
     redis.Redis.from_url(redis_server).flushdb()
     row = {"principal": "User:z", "timestamp": OLD, "quota": 10.0, "tokens": 5.0}
     a(0, frames({**row, "admitted_total": 1}))  # the old run: generation 1
@@ -210,7 +207,7 @@ def test_a_stale_batch_is_refused_and_a_split_batch_applies_in_full(redis_client
     assert store.write("q", g, 7, [UserState("User:b", OLD, 7, W)]).applied  # equal: same batch
     assert store.write("q", g, 6, [UserState("User:c", OLD, 6, W)]).status == "STALE"
     assert StatusClient(redis_client).principals() == ["User:a", "User:b"]
-    newer = store.begin("q")  # a restart from a restored checkpoint: the order starts afresh
+    newer = store.begin("q")  # a restart from a restored query_id: the order starts afresh
     assert store.write("q", newer, 3, [UserState("User:d", OLD, 3, W)]).applied
     assert store.write("q", g, 8, [UserState("User:e", OLD, 8, W)]).status == "FENCED"
     assert store.write("other", store.begin("other"), 0, []).applied  # each query has its own fence
@@ -229,10 +226,10 @@ def monitored(client, action) -> list[list[str]]:
             seen.append((cmd["client_type"], cmd["command"].split(" ")))
 
 
-def test_calls_are_bounded_and_declare_every_key_they_touch(redis_server, checkpoint):
+def test_calls_are_bounded_and_declare_every_key_they_touch(redis_server, query_id):
     client = redis.Redis.from_url(redis_server)
     client.flushdb()
-    pub = publisher(client, checkpoint)
+    pub = publisher(client, query_id)
     rows = [
         {"principal": f"User:u{i:04d}", "timestamp": OLD + i, "quota": 5, "tokens": 0.5} for i in range(1000)
     ]
@@ -263,13 +260,13 @@ def test_keys_carry_the_prefix_as_a_hash_tag():
             Keys(bad)
 
 
-def test_an_outage_never_stops_publishing_and_catches_up_with_the_newest_state(tmp_path, checkpoint, caplog):
+def test_an_outage_never_stops_publishing_and_catches_up_with_the_newest_state(tmp_path, query_id, caplog):
     from conftest import start_redis
 
     proc, port = start_redis(tmp_path)
     url = f"redis://127.0.0.1:{port}/0"
     try:
-        pub = publisher(connect(url, timeout_s=0.5), checkpoint, Quotas({"<default>": 10}))
+        pub = publisher(connect(url, timeout_s=0.5), query_id, Quotas({"<default>": 10}))
         row = {"timestamp": OLD, "quota": 10.0, "tokens": 5.0}
         silent = {
             "timestamp": OLD,
@@ -306,12 +303,15 @@ def test_an_outage_never_stops_publishing_and_catches_up_with_the_newest_state(t
         proc.wait()
 
 
-def test_a_missing_checkpoint_is_an_error_not_an_outage(redis_client, tmp_path):
+def test_an_unbound_publisher_is_an_error_not_an_outage(redis_client):
     from conf.errors import PidquotaError
 
-    pub = publisher(redis_client, str(tmp_path / "nowhere"))
-    with pytest.raises(PidquotaError, match="cannot read the query id"):
+    pub = RedisPublisher(DecisionStore(redis_client), Quotas({}), W)
+    with pytest.raises(PidquotaError, match="not bound to a streaming query"):
         pub(0, frames())
+    pub.bind("query-2")
+    pub(0, frames())
+    assert DecisionStore(redis_client).fence_state("query-2") == (1, 0)
 
 
 def test_status_of_an_unknown_user(redis_client):

@@ -174,7 +174,7 @@ def test_live_quota_change_applies_within_a_trigger_and_status_answers(
     inp, out = tmp_path / "in", tmp_path / "out"
     inp.mkdir()
     publisher = RedisPublisher(
-        DecisionStore(redis_client), quotas, QuotaSettings.from_config(config).window_ms, str(out / "_ck")
+        DecisionStore(redis_client), quotas, QuotaSettings.from_config(config).window_ms
     )
     sink = JsonlSink(out, publish=publisher)
     query = q.start(
@@ -206,5 +206,7 @@ def test_live_quota_change_applies_within_a_trigger_and_status_answers(
         assert not m.quota_stale.any()
         s = StatusClient(redis_client).status("User:live")
         assert s.metrics["quota"] == 1000 and s.metrics["admitted_total"] == 12
+        # fenced under Spark's query id, bound from the first batch (no checkpoint file read)
+        assert DecisionStore(redis_client).fence_state(str(query.id))[0] == 1
     finally:
         query.stop()

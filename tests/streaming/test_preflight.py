@@ -344,11 +344,11 @@ def test_an_unreadable_output_is_one_line_not_a_traceback(tmp_path, monkeypatch)
     assert out.is_dir()
 
 
-def test_a_remote_checkpoint_is_refused_where_pidquota_keeps_files_beside_it():
-    preflight.check_local_checkpoint("s3a://b/ck", file_input=False, publishing=False)  # Kafka, no Redis
-    preflight.check_local_checkpoint("file:///tmp/ck", file_input=True, publishing=True)
-    with pytest.raises(ConfigError, match="keeps the list of files it has read there and publishing"):
-        preflight.check_local_checkpoint("s3a://b/ck", file_input=True, publishing=True)
+def test_a_remote_checkpoint_is_refused_only_where_pidquota_keeps_files_beside_it():
+    preflight.check_local_checkpoint("s3a://b/ck", file_input=False)  # Kafka (Redis publishing or not)
+    preflight.check_local_checkpoint("file:///tmp/ck", file_input=True)
+    with pytest.raises(ConfigError, match="keeps the list of files it has read there; use a path"):
+        preflight.check_local_checkpoint("s3a://b/ck", file_input=True)
 
 
 def test_a_checkpoint_s_state_grouping_must_match(tmp_path):

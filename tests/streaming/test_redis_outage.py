@@ -36,7 +36,7 @@ def test_query_survives_redis_stopping_and_coming_back_empty(spark, tmp_path, ca
     inp, out = tmp_path / "in", tmp_path / "out"
     inp.mkdir()
     window_ms = QuotaSettings.from_config(config).window_ms
-    publisher = RedisPublisher(DecisionStore(client), quotas, window_ms, str(out / "_ck"))
+    publisher = RedisPublisher(DecisionStore(client), quotas, window_ms)
     frame = q.enforcer(q.file_source(spark, str(inp), 0, str(out / "_ck")), config, quotas)
     query = q.start(frame, JsonlSink(out, publish=publisher), str(out / "_ck"), False, 200)
     now = int(time.time() * 1000)
