@@ -19,7 +19,27 @@ from typing import Any
 from conf.errors import ConfigError, InputError
 from conf.settings import BY_NAME, SETTINGS, Setting
 
-CONF_DIR = Path(__file__).resolve().parent
+
+def _conf_dir() -> Path:
+    """This package's folder. Imported from a zip (``spark-submit --py-files``), its data
+    files are copied out to a temporary folder once, so they can be read as files."""
+    here = Path(__file__).resolve().parent
+    if here.is_dir():
+        return here
+    import atexit
+    import shutil
+    import tempfile
+    from importlib.resources import files
+
+    out = Path(tempfile.mkdtemp(prefix="pidquota-conf-"))
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    for item in files("conf").iterdir():
+        if item.name.endswith((".properties", ".json")):
+            (out / item.name).write_bytes(item.read_bytes())
+    return out
+
+
+CONF_DIR = _conf_dir()
 DEFAULT_PROPERTIES = CONF_DIR / "pidquota.properties"
 DEFAULT_QUOTAS = CONF_DIR / "quotas.json"
 _ENV_TO_NAME = {s.env_var: s.name for s in SETTINGS}

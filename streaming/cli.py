@@ -53,7 +53,17 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--set", metavar="KEY=VALUE", action="append", default=[], help="override a setting (repeatable)"
     )
-    run.add_argument("--checkpoint", metavar="DIR", help="checkpoint folder (default: OUTPUT/_checkpoint)")
+    run.add_argument(
+        "--checkpoint",
+        metavar="DIR|URI",
+        help="checkpoint folder (default: OUTPUT/_checkpoint); on a cluster, one every node shares",
+    )
+    run.add_argument(
+        "--master",
+        metavar="URL",
+        help="Spark master, e.g. spark://HOST:7077 (pidquota ships its code to the executors); "
+        "default: spark-submit's, else pidquota.spark.master",
+    )
     run.add_argument(
         "--duration",
         metavar="DURATION",
@@ -85,9 +95,33 @@ def _parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="read quotas live from Redis (redis://HOST:PORT/DB) instead of a file",
     )
+    package = sub.add_parser(
+        "package",
+        help="write pidquota.zip and pidquota_main.py for spark-submit --py-files",
+        description="Write pidquota's code as a zip, and an entry script, for spark-submit on a cluster.",
+    )
+    package.add_argument("--output", metavar="DIR", default="dist", help="folder to write to (%(default)s)")
     traffic_commands.add_parsers(sub)
     store_commands.add_parsers(sub)
     return ap
+
+
+def run_package(args: argparse.Namespace) -> int:
+    """``pidquota package``: the zip and the entry script for ``spark-submit --py-files``."""
+    from streaming import ship
+
+    try:
+        zipped, main_script, logs = ship.package(Path(args.output))
+    except OSError as exc:
+        raise PidquotaError(f"cannot write to {args.output}: {exc.strerror or exc}") from None
+    print(
+        f"pidquota: wrote {zipped} ({zipped.stat().st_size // 1024} KiB), {main_script} and {logs}; "
+        "on a cluster:\n"
+        f"  spark-submit --master spark://HOST:7077 --py-files {zipped} "
+        f'--driver-java-options "-Dlog4j2.configurationFile={logs.resolve()}" \\\n'
+        f"    {main_script} run --input kafka://BROKER:9092/TOPIC --checkpoint SHARED/FOLDER --output FOLDER"
+    )
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,7 +153,7 @@ def _run(args: argparse.Namespace, signals: _Signals) -> int:
     from streaming.session import spark_session
     from streaming.sink import JsonlSink
 
-    spark = spark_session(config)
+    spark = spark_session(config, args.master)
     signals.install()  # again: PySpark's SparkContext put its own SIGINT handler in place
     if signals.exit_code is not None:  # stopped while Spark was starting
         return signals.exit_code
@@ -377,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         "blocks": traffic_commands.run_blocks,
         "configs": store_commands.run_configs,
         "status": store_commands.run_status,
+        "package": run_package,
     }
     try:
         return handler[args.command](args)

@@ -1,14 +1,39 @@
-"""The SparkSession pidquota runs in."""
+"""The SparkSession pidquota runs in: the one way pidquota connects to Spark.
+
+* **Master.** A master given by ``spark-submit --master``, ``spark.master`` in
+  Spark's usual places (``--conf``, ``spark-defaults.conf``,
+  ``PYSPARK_SUBMIT_ARGS``, ``MASTER``) or ``pidquota run --master`` wins;
+  ``pidquota.spark.master`` applies only when none of them gave one. A
+  ``spark://`` master that does not answer fails at start-up in one line.
+* **Code.** On a non-local master the executors get pidquota's code as a zip
+  (``streaming/ship.py``), unless it already came that way (``--py-files``).
+* **Worker Python.** ``spark.pyspark.python`` or ``PYSPARK_PYTHON`` if set,
+  else the interpreter running pidquota (a fresh virtualenv just works).
+* **Logs.** With ``pidquota.log.level`` WARN or ERROR, Spark logs through
+  ``conf/log4j2.properties``, which drops the routine lines of every start;
+  INFO or DEBUG gives Spark's own configuration. A log4j2 configuration of the
+  user's own is left alone.
+"""
 
 from __future__ import annotations
 
+import atexit
 import os
+import re
 import shutil
+import socket
 import sys
+import tempfile
 from pathlib import Path
 
-from conf.errors import PidquotaError
-from conf.loader import Config
+from conf.errors import ConfigError, PidquotaError
+from conf.loader import CONF_DIR, Config
+
+MASTER_CONNECT_S = 5.0  # a standalone master answers at once, or not at all
+QUIET_LEVELS = ("WARN", "ERROR")
+LOG4J2 = CONF_DIR / "log4j2.properties"
+_MASTER_URL = re.compile(r"local(\[[^\]]+\])?|local-cluster\[[^\]]+\]|spark://.+|yarn|k8s://.+")
+_LOG4J_PROPERTY = "log4j2.configurationFile"
 
 
 class JavaNotFoundError(PidquotaError, OSError):
@@ -31,28 +56,146 @@ def find_java() -> str:
     return java
 
 
-def spark_session(config: Config):
-    """Get or create the session from ``config`` (master, shuffle partitions).
-
-    The Python workers run the interpreter running pidquota, so a fresh
-    virtualenv works without setting PYSPARK_PYTHON.
-    """
+def spark_session(config: Config, master: str | None = None):
+    """Get or create the session from ``config``; ``master``: ``pidquota run --master``."""
     find_java()
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    level = config["pidquota.log.level"]
+    conf = _gateway(quiet=level in QUIET_LEVELS)
+    chosen = choose_master(master, given_master(conf), config["pidquota.spark.master"])
+    check_master(chosen)
+    python = conf.get("spark.pyspark.python", None) or os.environ.get("PYSPARK_PYTHON") or sys.executable
+    os.environ["PYSPARK_PYTHON"] = python
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    partitions = str(config["pidquota.spark.shuffle.partitions"])
     spark = (
         SparkSession.builder.appName("pidquota")
-        .master(config["pidquota.spark.master"])
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.sql.shuffle.partitions", str(config["pidquota.spark.shuffle.partitions"]))
+        .master(chosen)
+        .config("spark.pyspark.python", python)
+        .config("spark.sql.shuffle.partitions", partitions)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stateStore.stateSchemaCheck", "true")
         .config("spark.sql.adaptive.enabled", "false")  # not used by streaming; Spark warns if on
         .getOrCreate()
     )
-    spark.conf.set("spark.sql.shuffle.partitions", str(config["pidquota.spark.shuffle.partitions"]))
-    spark.sparkContext.setLogLevel(config["pidquota.log.level"])
+    spark.conf.set("spark.sql.shuffle.partitions", partitions)
+    if level in QUIET_LEVELS:
+        _quiet_logs(spark.sparkContext._jvm)
+    spark.sparkContext.setLogLevel(level)
+    if not chosen.startswith("local"):
+        ship_code(spark.sparkContext)
     return spark
+
+
+def _gateway(quiet: bool):
+    """Start Spark's JVM, or join the one spark-submit started; returns its SparkConf.
+    ``quiet``: a JVM pidquota starts logs through ``conf/log4j2.properties`` from the first
+    line, unless the user gave Java options of their own."""
+    from pyspark import SparkConf, SparkContext
+
+    launch = SparkConf(loadDefaults=False)
+    own_java_options = re.search(r"extraJavaOptions|driver-java-options|log4j", _launch_args())
+    if quiet and SparkContext._gateway is None and not own_java_options:
+        launch.set("spark.driver.extraJavaOptions", f"-D{_LOG4J_PROPERTY}={LOG4J2.as_uri()}")
+    SparkContext._ensure_initialized(conf=launch)
+    return SparkConf()  # the JVM's: what spark-submit and Spark's configuration files set
+
+
+def _quiet_logs(jvm) -> None:
+    """Log through ``conf/log4j2.properties`` from now on, unless a log4j2 configuration was
+    given (spark-submit without ``--driver-java-options``: its start-up lines are printed
+    already, and SparkContext reloads Spark's defaults while it starts)."""
+    if not jvm.java.lang.System.getProperty(_LOG4J_PROPERTY):
+        jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(jvm.java.net.URI(LOG4J2.as_uri()))
+
+
+def _launch_args() -> str:
+    """What Spark's launcher reads besides pidquota: ``PYSPARK_SUBMIT_ARGS``, the JVM's own
+    command line (under spark-submit) and ``spark-defaults.conf``."""
+    parts = [os.environ.get("PYSPARK_SUBMIT_ARGS", "")]
+    from pyspark import SparkContext
+
+    if SparkContext._jvm is not None:
+        parts.append(SparkContext._jvm.java.lang.System.getProperty("sun.java.command") or "")
+    defaults = _defaults_file()
+    if defaults.is_file():
+        parts.append(defaults.read_text(encoding="utf-8", errors="replace"))
+    return "\n".join(parts)
+
+
+def _defaults_file() -> Path:
+    import pyspark
+
+    home = os.environ.get("SPARK_HOME") or str(Path(pyspark.__file__).parent)
+    return Path(os.environ.get("SPARK_CONF_DIR") or Path(home, "conf")) / "spark-defaults.conf"
+
+
+def given_master(conf) -> str | None:
+    """``spark.master`` when spark-submit or Spark's configuration gave one, else None.
+    Spark's launcher says ``local[*]`` when nobody did; that value counts only when it was
+    written somewhere (``--master``, ``spark.master``, ``MASTER``)."""
+    value = conf.get("spark.master", None)
+    if value is None:
+        return None
+    if value != "local[*]":
+        return value
+    named = re.search(r"--master|spark\.master", _launch_args()) or os.environ.get("MASTER")
+    return value if named else None
+
+
+def choose_master(flag: str | None, given: str | None, setting: str) -> str:
+    """``--master``, else what Spark was given, else ``pidquota.spark.master``."""
+    if flag and given and flag != given:
+        raise ConfigError(
+            f"--master {flag} disagrees with spark.master={given} (from spark-submit or Spark's "
+            "configuration); give the master in one place"
+        )
+    chosen = flag or given or setting
+    if not _MASTER_URL.fullmatch(chosen):
+        raise ConfigError(
+            f"Spark master {chosen!r} is not a master URL; use local[N], spark://HOST:PORT, yarn or "
+            "k8s://HOST:PORT (--master, or pidquota.spark.master)"
+        )
+    return chosen
+
+
+def check_master(url: str) -> None:
+    """A ``spark://`` master must answer now: else one line, not a minute of retries."""
+    if not url.startswith("spark://"):
+        return
+    addresses = [a.strip() for a in url.removeprefix("spark://").split(",") if a.strip()]
+    errors = []
+    for address in addresses:
+        host, _, port = address.rpartition(":") if ":" in address else (address, "", "7077")
+        try:
+            socket.create_connection((host, int(port)), timeout=MASTER_CONNECT_S).close()
+            return
+        except (OSError, ValueError) as exc:
+            errors.append(f"{address}: {getattr(exc, 'strerror', None) or exc}")
+    raise PidquotaError(
+        f"cannot reach the Spark master {url} ({'; '.join(errors)}); is it up, and is the URL right?"
+    )
+
+
+def ship_code(sc) -> None:
+    """Send pidquota's code to the executors (``SparkContext.addPyFile``), unless it came
+    as a zip already (``--py-files``). Before any data source is registered: they carry
+    the session's Python includes from then on."""
+    from pyspark import SparkFiles
+
+    from streaming import ship
+
+    zipped = ship.shipped()
+    if zipped is None:
+        folder = Path(tempfile.mkdtemp(prefix="pidquota-ship-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)  # Spark serves the file until exit
+        zipped = ship.write_zip(folder / ship.ZIP_NAME)
+        sc.addPyFile(str(zipped))
+    # Spark 4's driver-side runner of Python streaming sources looks for the Python
+    # includes under SparkFiles/streaming_job/ (a fixed job id), where addPyFile and
+    # --py-files do not put them; without this copy it cannot import the source.
+    quirk = Path(SparkFiles.getRootDirectory(), "streaming_job")
+    quirk.mkdir(exist_ok=True)
+    shutil.copyfile(zipped, quirk / zipped.name)

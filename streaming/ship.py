@@ -1,0 +1,75 @@
+"""Shipping pidquota's own code to Spark executors.
+
+Executors run Python workers of their own: the enforcer's state function, the
+sources' readers and the Kafka writer all import pidquota there. On a cluster
+those workers need the code, and (like every PySpark job) the dependencies:
+
+* the **code** goes as one zip of pidquota's packages. ``pidquota run --master
+  URL`` adds it to the session itself (``SparkContext.addPyFile``);
+  ``pidquota package`` writes it, with an entry script, for ``spark-submit
+  --py-files``;
+* the **dependencies** (pyspark, pyarrow, pandas, numpy, kafka-python, redis,
+  pybloom-live) must be installed in the executors' Python: the same image or
+  virtualenv on every node, or a packed virtualenv passed with ``--archives``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import zipfile
+from pathlib import Path
+
+# The packages of pyproject.toml's [tool.setuptools] (a test keeps the two equal).
+PACKAGES = ("bloom", "quota", "streaming", "conf", "traffic", "store")
+ZIP_NAME = "pidquota.zip"
+MAIN_NAME = "pidquota_main.py"
+LOG4J2_NAME = "log4j2.properties"
+MAIN_SCRIPT = '''"""spark-submit's entry script for pidquota: ``spark-submit --py-files pidquota.zip
+pidquota_main.py run ...`` takes the same arguments as the ``pidquota`` command."""
+
+import sys
+
+from streaming.cli import main
+
+sys.exit(main())
+'''
+
+
+def shipped() -> Path | None:
+    """The zip pidquota itself is imported from (``--py-files``), which Spark sends to the
+    executors; None when it is imported from files."""
+    here = Path(importlib.import_module("streaming").__file__)
+    return next((folder for folder in here.parents if folder.suffix == ".zip"), None)
+
+
+def write_zip(path: Path) -> Path:
+    """Zip pidquota's packages, as they are imported here (Python files and package
+    data; no caches), into ``path``. Entries are in a fixed order with a fixed date, so
+    the same code gives the same bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for package in PACKAGES:
+            root = Path(importlib.import_module(package).__file__).parent
+            for file in sorted(root.rglob("*")):
+                if file.is_file() and "__pycache__" not in file.parts and file.suffix != ".pyc":
+                    name = f"{package}/{file.relative_to(root).as_posix()}"
+                    info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+                    info.compress_type = zipfile.ZIP_DEFLATED
+                    zf.writestr(info, file.read_bytes())
+    os.replace(tmp, path)
+    return path
+
+
+def package(folder: Path) -> tuple[Path, Path, Path]:
+    """``FOLDER/pidquota.zip``, ``FOLDER/pidquota_main.py`` and ``FOLDER/log4j2.properties``
+    (pidquota's quiet Spark logging, for ``--driver-java-options``), for ``spark-submit``."""
+    from conf.loader import CONF_DIR
+
+    zipped = write_zip(folder / ZIP_NAME)
+    main = folder / MAIN_NAME
+    main.write_text(MAIN_SCRIPT, encoding="utf-8")
+    logs = folder / LOG4J2_NAME
+    logs.write_bytes((CONF_DIR / LOG4J2_NAME).read_bytes())
+    return zipped, main, logs
