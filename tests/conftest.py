@@ -403,6 +403,14 @@ class SparkCluster:
             return 0
         return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
 
+    def applications(self) -> list[dict]:
+        """The master's view of the applications that ran or run (cores, executors...)."""
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=5) as r:
+            state = json.load(r)
+        return state.get("activeapps", []) + state.get("completedapps", [])
+
     def wait_for_workers(self, n: int, timeout_s: float = 90) -> None:
         import time
 
