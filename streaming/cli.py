@@ -157,9 +157,10 @@ def _run(args: argparse.Namespace, signals: _Signals) -> int:
     signals.install()  # again: PySpark's SparkContext put its own SIGINT handler in place
     if signals.exit_code is not None:  # stopped while Spark was starting
         return signals.exit_code
+    # once Java is there: a failed start leaves no trace
     preflight.write_marker(
-        checkpoint, reads, config["pidquota.state.buckets"]
-    )  # once Java is there: a failed start leaves no trace
+        checkpoint, reads, config["pidquota.state.buckets"], config["pidquota.state.store"]
+    )
     lines, on_batch = _lines(spark, args, config, kafka_input, checkpoint, speed, str(signals.flag))
     sink = JsonlSink(out, on_batch=on_batch, kafka=kafka_out, publish=publish)
     query = q.start(
@@ -244,7 +245,7 @@ def _start_up_checks(
     if args.fresh:
         preflight.fresh(out, checkpoint)
     preflight.check_checkpoint(checkpoint, reads, out)
-    preflight.check_state_layout(checkpoint, config["pidquota.state.buckets"])
+    preflight.check_state_layout(checkpoint, config["pidquota.state.buckets"], config["pidquota.state.store"])
     if reads.kind != "file":
         return reads, Path(checkpoint, "offsets").is_dir()
     from streaming.file_source import start_up_notes

@@ -344,33 +344,43 @@ def sniff_offsets(ckpt: Path) -> Source | None:
     return None
 
 
-def check_state_layout(checkpoint: str, buckets: int) -> None:
+def check_state_layout(checkpoint: str, buckets: int, store: str = "hdfs") -> None:
     """Refuse a checkpoint whose state was grouped otherwise (``pidquota.state.buckets``): its
-    principals' state would be looked for in the wrong groups, or not be pidquota's layout."""
+    principals' state would be looked for in the wrong groups, or not be pidquota's layout.
+    Refuse one kept by another state store (``pidquota.state.store``): Spark would go on
+    with the checkpoint's store and silently ignore the setting."""
     ckpt = local_path(checkpoint)
     if ckpt is None or not ckpt.is_dir() or not (ckpt / "state").is_dir():
         return
     try:
-        recorded = json.loads((ckpt / MARKER).read_text(encoding="utf-8")).get("state_buckets")
+        marker = json.loads((ckpt / MARKER).read_text(encoding="utf-8"))
+        recorded = marker.get("state_buckets")
+        recorded_store = marker.get("state_store", "hdfs")  # before the setting: Spark's default
     except (OSError, ValueError, AttributeError):
-        recorded = None
-    if recorded == buckets:
-        return
+        recorded, recorded_store = None, None
     if recorded is None:
         raise ConfigError(
             f"the checkpoint {checkpoint} holds state from an older pidquota (one state row per principal, "
             "before pidquota.state.buckets), which this version cannot read; start with a new checkpoint "
             "(--fresh, or another --checkpoint)"
         )
-    raise ConfigError(
-        f"the checkpoint {checkpoint} keeps its state in pidquota.state.buckets={recorded} groups, not "
-        f"{buckets}; set pidquota.state.buckets={recorded} again, or start with a new checkpoint (--fresh)"
-    )
+    if recorded != buckets:
+        raise ConfigError(
+            f"the checkpoint {checkpoint} keeps its state in pidquota.state.buckets={recorded} groups, not "
+            f"{buckets}; set pidquota.state.buckets={recorded} again, or start with a new checkpoint (--fresh)"
+        )
+    if recorded_store != store:
+        raise ConfigError(
+            f"the checkpoint {checkpoint} keeps its state in pidquota.state.store={recorded_store}, not "
+            f"{store}; set pidquota.state.store={recorded_store} again, or start with a new checkpoint (--fresh)"
+        )
 
 
-def write_marker(checkpoint: str, source: Source, buckets: int | None = None) -> None:
-    """Record the source and the state's grouping in ``CHECKPOINT/pidquota-source.json``
-    (a remote checkpoint: skipped)."""
+def write_marker(
+    checkpoint: str, source: Source, buckets: int | None = None, store: str | None = None
+) -> None:
+    """Record the source, the state's grouping and its store in
+    ``CHECKPOINT/pidquota-source.json`` (a remote checkpoint: skipped)."""
     ckpt = local_path(checkpoint)
     if ckpt is None:
         return
@@ -381,6 +391,8 @@ def write_marker(checkpoint: str, source: Source, buckets: int | None = None) ->
         marker_json = {"kind": source.kind, "input": source.input}
         if buckets is not None:
             marker_json["state_buckets"] = buckets
+        if store is not None:
+            marker_json["state_store"] = store
         tmp.write_text(json.dumps(marker_json) + "\n", encoding="utf-8")
         os.replace(tmp, marker)
     except OSError as exc:

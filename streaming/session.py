@@ -9,6 +9,8 @@
   (``streaming/ship.py``), unless it already came that way (``--py-files``).
 * **Worker Python.** ``spark.pyspark.python`` or ``PYSPARK_PYTHON`` if set,
   else the interpreter running pidquota (a fresh virtualenv just works).
+* **State store.** ``pidquota.state.store``: Spark's HDFS-backed store or RocksDB
+  with changelog checkpointing (the README's table measures both).
 * **Logs.** With ``pidquota.log.level`` WARN or ERROR, Spark logs through
   ``conf/log4j2.properties``, which drops the routine lines of every start;
   INFO or DEBUG gives Spark's own configuration. A log4j2 configuration of the
@@ -34,6 +36,14 @@ QUIET_LEVELS = ("WARN", "ERROR")
 LOG4J2 = CONF_DIR / "log4j2.properties"
 _MASTER_URL = re.compile(r"local(\[[^\]]+\])?|local-cluster\[[^\]]+\]|spark://.+|yarn|k8s://.+")
 _LOG4J_PROPERTY = "log4j2.configurationFile"
+_STATE = "org.apache.spark.sql.execution.streaming.state."
+STATE_STORES = {  # pidquota.state.store -> Spark's SQL settings
+    "hdfs": {"spark.sql.streaming.stateStore.providerClass": _STATE + "HDFSBackedStateStoreProvider"},
+    "rocksdb": {
+        "spark.sql.streaming.stateStore.providerClass": _STATE + "RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    },
+}
 
 
 class JavaNotFoundError(PidquotaError, OSError):
@@ -81,6 +91,8 @@ def spark_session(config: Config, master: str | None = None):
         .getOrCreate()
     )
     spark.conf.set("spark.sql.shuffle.partitions", partitions)
+    for key, value in STATE_STORES[config["pidquota.state.store"]].items():
+        spark.conf.set(key, value)
     if level in QUIET_LEVELS:
         _quiet_logs(spark.sparkContext._jvm)
     spark.sparkContext.setLogLevel(level)

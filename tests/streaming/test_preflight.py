@@ -365,3 +365,18 @@ def test_a_checkpoint_s_state_grouping_must_match(tmp_path):
     preflight.write_marker(str(ckpt), Source.of(None))  # as an older pidquota wrote it
     with pytest.raises(ConfigError, match="older pidquota .* new checkpoint"):
         preflight.check_state_layout(str(ckpt), 64)
+
+
+def test_a_checkpoint_s_state_store_must_match(tmp_path):
+    ckpt = tmp_path / "ck"
+    (ckpt / "state").mkdir(parents=True)
+    preflight.write_marker(str(ckpt), Source.of(None), 64, "rocksdb")
+    preflight.check_state_layout(str(ckpt), 64, "rocksdb")
+    with pytest.raises(
+        ConfigError, match=r"pidquota.state.store=rocksdb, not hdfs; set pidquota.state.store=rocksdb again"
+    ):
+        preflight.check_state_layout(str(ckpt), 64, "hdfs")
+    preflight.write_marker(str(ckpt), Source.of(None), 64)  # before the setting: Spark's default store
+    preflight.check_state_layout(str(ckpt), 64, "hdfs")
+    with pytest.raises(ConfigError, match=r"pidquota.state.store=hdfs, not rocksdb"):
+        preflight.check_state_layout(str(ckpt), 64, "rocksdb")

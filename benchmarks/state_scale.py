@@ -1,0 +1,235 @@
+"""State at scale: Spark's two state stores with 10k and 100k active principals.
+
+    python benchmarks/state_scale.py [--principals 10000 100000] [--batches 5]
+
+For each state store (``pidquota.state.store``: ``hdfs``, Spark's default
+HDFS-backed store; ``rocksdb``, RocksDB with changelog checkpointing) and each
+number of principals, one fresh process (one JVM, local[2], Spark's default
+1 GiB driver memory) runs the enforcer on ``--batches`` files, one file (one
+minute of event time) per micro-batch. Every principal sends in every batch:
+its two long-lived producers and one new PID, so every principal's state
+changes every batch (the worst case for checkpoint writes). Printed per run:
+
+- the median batch time (``triggerExecution``) after the first batch;
+- the state on disk at the end (``CHECKPOINT/state``) and what each batch adds
+  to the checkpoint (its delta or changelog files; RocksDB's snapshots
+  separately, as the maintenance thread uploads them);
+- the JVM's heap in use after a GC, and its resident size (in local mode the
+  driver and the executor are this one JVM), and the Python workers' memory
+  (proportional set size: the pages forked workers share are counted once);
+- Spark's own ``memoryUsedBytes`` of the state operator.
+
+Then, without Spark, what one principal's state blob costs by quota: bytes
+when its filter is full, and the time to write and read it.
+
+Asserts nothing; decisions are compared between the two stores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+T0 = 1_767_225_600_000
+_VERSIONED = re.compile(r"^(\d+)\.(delta|snapshot|changelog|zip)$")
+
+
+def write_input(folder: Path, principals: int, batches: int) -> int:
+    """One file per batch: each principal's two long-lived PIDs and one new PID."""
+    folder.mkdir(parents=True)
+    n = 0
+    for b in range(batches):
+        with open(folder / f"part-{b:03d}.jsonl", "w") as f:
+            t = T0 + b * 60_000
+            for p in range(principals):
+                for k, pid in enumerate((p * 1000, p * 1000 + 1, p * 1000 + 2 + b)):
+                    f.write(f'{{"timestamp":{t + k},"principal":"User:u{p}","producer_id":{pid}}}\n')
+                    n += 1
+    return n
+
+
+def rss_kib(pid: int) -> int:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return int(re.search(r"VmRSS:\s+(\d+)", text).group(1))
+
+
+def pss_kib(pid: int) -> int:
+    """Proportional set size: forked workers' shared pages counted once in total."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    return int(re.search(r"Pss:\s+(\d+)", text).group(1))
+
+
+def python_workers_kib() -> int:
+    total = 0
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
+                total += pss_kib(int(proc.name))
+    return total
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def per_batch_files(state: Path) -> tuple[dict[int, int], int]:
+    """Bytes of the files named after each version (delta/changelog/snapshot), and the
+    bytes of everything else (RocksDB's uploaded SST files and metadata)."""
+    by_version: dict[int, int] = {}
+    other = 0
+    for f in state.rglob("*"):
+        if not f.is_file() or f.name.startswith("."):
+            continue
+        m = _VERSIONED.match(f.name)
+        if m and m.group(2) in ("delta", "changelog"):
+            by_version[int(m.group(1))] = by_version.get(int(m.group(1)), 0) + f.stat().st_size
+        else:
+            other += f.stat().st_size
+    return by_version, other
+
+
+def one_run(store: str, principals: int, batches: int) -> dict:
+    """The enforcer on a fresh input, in this process: the numbers of one table row."""
+    from conf.loader import load
+    from quota import StaticQuotas
+    from streaming import query as q
+    from streaming.session import spark_session
+    from streaming.sink import JsonlSink
+
+    work = Path(tempfile.mkdtemp(prefix=f"pidquota-state-{store}-"))
+    try:
+        events = write_input(work / "in", principals, batches)
+        config = load(environ={}, overrides={"pidquota.state.store": store})
+        spark = spark_session(config)
+        quotas = StaticQuotas.from_file(config.quotas_path())
+        out, ck = work / "out", work / "out" / "_ck"
+        screen = config["pidquota.principal.max.length"]
+        lines = q.file_source(spark, str(work / "in"), 1, str(ck), screen=screen)
+        query = q.start(q.enforcer(lines, config, quotas), JsonlSink(out), str(ck), True, 0)
+        query.awaitTermination()
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
+        jvm = spark._jvm
+        jvm.java.lang.System.gc()
+        runtime = jvm.java.lang.Runtime.getRuntime()
+        heap = runtime.totalMemory() - runtime.freeMemory()
+        jvm_pid = jvm.java.lang.ProcessHandle.current().pid()
+        by_version, other = per_batch_files(ck / "state")
+        decisions = sorted(
+            line.rsplit(',"batch_id"', 1)[0]
+            for f in (out / "decisions").glob("part-*.jsonl")
+            for line in f.read_text().splitlines()
+        )
+        state_op = progress[-1]["stateOperators"][0]
+        return {
+            "store": store,
+            "principals": principals,
+            "events": events,
+            "batches": len(progress),
+            "batch_ms": statistics.median(p["durationMs"]["triggerExecution"] for p in progress[1:]),
+            "state_disk": folder_bytes(ck / "state"),
+            "per_batch": statistics.median(by_version.values()) if by_version else 0,
+            "snapshots": other,
+            "heap": heap,
+            "jvm_rss": rss_kib(jvm_pid) * 1024,
+            "python_rss": python_workers_kib() * 1024,
+            "state_memory": state_op.get("memoryUsedBytes"),
+            "state_rows": state_op.get("numRowsTotal"),
+            "decisions": len(decisions),
+            "decisions_hash": hashlib.sha256("\n".join(decisions).encode()).hexdigest(),
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def mib(n) -> str:
+    return "-" if n is None else f"{n / 2**20:,.1f} MiB"
+
+
+def print_table(rows: list[dict]) -> None:
+    print(
+        "| store | principals | events/batch | batch time (median) | state on disk | checkpoint per batch "
+        "| snapshots (SST) | JVM heap after GC | JVM RSS | Python workers (PSS) | Spark memoryUsedBytes |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['store']} | {r['principals']:,} | {r['events'] // r['batches']:,} | {r['batch_ms'] / 1000:.1f} s "
+            f"| {mib(r['state_disk'])} | {mib(r['per_batch'])} | {mib(r['snapshots'])} | {mib(r['heap'])} "
+            f"| {mib(r['jvm_rss'])} | {mib(r['python_rss'])} | {mib(r['state_memory'])} |"
+        )
+
+
+def quota_costs() -> None:
+    """One principal's state blob by quota, its filter full (R PIDs over the window)."""
+    from quota import PrincipalQuota, QuotaSettings
+
+    settings = QuotaSettings()
+    print("\n| producer_ids_rate | state blob | write (to_bytes) | read (from_bytes) |")
+    print("|---|---|---|---|")
+    for rate in (200, 1_000, 10_000, 65_536):
+        pq = PrincipalQuota(rate, settings, T0)
+        step = max(1, settings.window_ms // rate)
+        for i in range(rate):
+            pq.observe(T0 + i * step, i)
+        t = time.perf_counter()
+        blob = pq.to_bytes()
+        write = time.perf_counter() - t
+        t = time.perf_counter()
+        PrincipalQuota.from_bytes(blob, settings)
+        read = time.perf_counter() - t
+        print(f"| {rate:,} | {len(blob) / 1024:,.1f} KiB | {write * 1000:.2f} ms | {read * 1000:.2f} ms |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--principals", type=int, nargs="+", default=[10_000, 100_000])
+    ap.add_argument("--batches", type=int, default=5)
+    ap.add_argument("--stores", nargs="+", default=["hdfs", "rocksdb"])
+    ap.add_argument("--one", nargs=2, metavar=("STORE", "PRINCIPALS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print("RESULT " + json.dumps(one_run(args.one[0], int(args.one[1]), args.batches)), flush=True)
+        return
+    rows = []
+    for principals in args.principals:
+        for store in args.stores:
+            cmd = [sys.executable, __file__, "--one", store, str(principals), "--batches", str(args.batches)]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+            if not result:
+                print(f"{store} {principals}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
+                continue
+            rows.append(json.loads(result[0].removeprefix("RESULT ")))
+            print(f"{store} {principals:,}: done", file=sys.stderr, flush=True)
+    print_table(rows)
+    for principals in args.principals:
+        same = {r["decisions_hash"] for r in rows if r["principals"] == principals}
+        count = {r["decisions"] for r in rows if r["principals"] == principals}
+        print(f"{principals:,} principals: decisions identical across stores: {len(same) == 1} ({count})")
+    quota_costs()
+
+
+if __name__ == "__main__":
+    main()

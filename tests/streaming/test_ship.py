@@ -1,0 +1,112 @@
+"""Shipping the code (streaming/ship.py) and choosing the master (streaming/session.py),
+without Spark. The cluster itself is in test_cluster.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from conf.errors import ConfigError, PidquotaError
+from streaming import session, ship
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_zip_holds_every_package_of_the_project_and_its_data():
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    assert set(ship.PACKAGES) == set(packages)
+
+
+def test_the_zip_is_the_code_without_caches_and_the_same_bytes_each_time(tmp_path):
+    a = ship.write_zip(tmp_path / "a" / "pidquota.zip")
+    b = ship.write_zip(tmp_path / "b" / "pidquota.zip")
+    assert a.read_bytes() == b.read_bytes()
+    names = zipfile.ZipFile(a).namelist()
+    assert (
+        "streaming/cli.py" in names
+        and "conf/pidquota.properties" in names
+        and "conf/log4j2.properties" in names
+    )
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert {n.split("/")[0] for n in names} == set(ship.PACKAGES)
+
+
+def test_the_packaged_entry_script_runs_pidquota_from_the_zip_alone(tmp_path):
+    """With a Python that cannot import the checkout (as an executor's), the zip is enough:
+    the CLI runs, and its settings and default quotas are read from inside the zip."""
+    done = subprocess.run(
+        [sys.executable, "-m", "streaming.cli", "package", "--output", str(tmp_path / "dist")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "spark-submit --master spark://HOST:7077 --py-files" in done.stdout
+    dist = tmp_path / "dist"
+    assert {p.name for p in dist.iterdir()} == {"pidquota.zip", "pidquota_main.py", "log4j2.properties"}
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "from conf.loader import load; import streaming.cli, streaming.ship as s; "
+        "c = load(environ={}); print(c['pidquota.state.buckets'], c.quotas_path().is_file(), s.shipped())"
+    )
+    npp = ROOT / "tests" / "no_project_python.py"
+    out = subprocess.run(
+        [sys.executable, str(npp), "-c", probe, str(dist / "pidquota.zip")], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["64", "True", str(dist / "pidquota.zip")]
+    bare = subprocess.run(
+        [sys.executable, str(npp), "-c", "import streaming"], capture_output=True, text=True
+    )
+    assert "No module named 'streaming'" in bare.stderr  # without the zip it is not there
+
+
+@pytest.mark.parametrize(
+    "flag, given, chosen",
+    [
+        (None, None, "local[2]"),  # nobody gave one: pidquota.spark.master
+        (None, "spark://m:7077", "spark://m:7077"),  # spark-submit's wins over the setting
+        ("spark://m:7077", None, "spark://m:7077"),  # pidquota run --master
+        ("local[3]", "local[3]", "local[3]"),
+    ],
+)
+def test_the_master_given_to_spark_wins_over_the_setting(flag, given, chosen):
+    assert session.choose_master(flag, given, "local[2]") == chosen
+
+
+def test_two_different_masters_or_a_malformed_one_are_refused():
+    with pytest.raises(ConfigError, match=r"--master local\[2\] disagrees with spark.master=spark://m:7077"):
+        session.choose_master("local[2]", "spark://m:7077", "local[2]")
+    with pytest.raises(ConfigError, match="'spark:/m' is not a master URL; use local"):
+        session.choose_master("spark:/m", None, "local[2]")
+
+
+class Conf(dict):
+    def get(self, key, default=None):
+        return super().get(key, default)
+
+
+def test_spark_submit_s_default_master_does_not_count_as_given(monkeypatch):
+    """spark-submit says local[*] when nobody gave a master; pidquota.spark.master applies then."""
+    monkeypatch.delenv("MASTER", raising=False)
+    monkeypatch.setattr(session, "_launch_args", lambda: "org.apache.spark.deploy.SparkSubmit app.py")
+    assert session.given_master(Conf({"spark.master": "local[*]"})) is None
+    assert session.given_master(Conf({"spark.master": "spark://m:7077"})) == "spark://m:7077"
+    assert session.given_master(Conf()) is None
+    monkeypatch.setattr(session, "_launch_args", lambda: "SparkSubmit --master local[*] app.py")
+    assert session.given_master(Conf({"spark.master": "local[*]"})) == "local[*]"
+
+
+def test_a_spark_master_that_does_not_answer_is_one_line(monkeypatch):
+    from conftest import free_port
+
+    port = free_port()
+    with pytest.raises(
+        PidquotaError, match=rf"cannot reach the Spark master spark://127.0.0.1:{port} .*refused"
+    ):
+        session.check_master(f"spark://127.0.0.1:{port}")
+    session.check_master("local[2]")  # nothing to reach
