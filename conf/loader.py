@@ -127,6 +127,18 @@ class Config:
             raise _unknown(name, "code")
         return self.values[name]
 
+    def given(self, name: str) -> bool:
+        """True when the user gave this setting (an environment variable, ``--set``, a
+        properties file), False when it is the default (the shipped file lists every default)."""
+        origin, value = self.origins.get(name, "default"), self[name]
+        shipped_default = origin == str(DEFAULT_PROPERTIES) and value == BY_NAME[name].default
+        return origin != "default" and not shipped_default
+
+    def replace(self, name: str, value: Any, origin: str) -> Config:
+        """This config with one setting changed (``origin`` says why)."""
+        self[name]  # an unknown name raises
+        return Config({**self.values, name: value}, {**self.origins, name: origin})
+
     def quotas_path(self) -> Path:
         return Path(self["pidquota.quotas.file"] or DEFAULT_QUOTAS)
 

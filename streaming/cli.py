@@ -32,6 +32,14 @@ DEMO_SPEED = 60.0
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="pidquota", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
+    _add_run_parser(sub)
+    _add_package_parser(sub)
+    traffic_commands.add_parsers(sub)
+    store_commands.add_parsers(sub)
+    return ap
+
+
+def _add_run_parser(sub) -> None:
     run = sub.add_parser(
         "run",
         help="run the enforcer (the demo when no --input is given)",
@@ -78,6 +86,11 @@ def _parser() -> argparse.ArgumentParser:
         help="delete OUTPUT (and a --checkpoint outside it) first and start from scratch; "
         "refused unless it looks like pidquota output",
     )
+    _add_kafka_flags(run)
+
+
+def _add_kafka_flags(run) -> None:
+    """``pidquota run``'s Kafka and Redis flags."""
     run.add_argument(
         "--starting-offsets",
         metavar="WHERE",
@@ -95,15 +108,15 @@ def _parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="read quotas live from Redis (redis://HOST:PORT/DB) instead of a file",
     )
+
+
+def _add_package_parser(sub) -> None:
     package = sub.add_parser(
         "package",
         help="write pidquota.zip and pidquota_main.py for spark-submit --py-files",
         description="Write pidquota's code as a zip, and an entry script, for spark-submit on a cluster.",
     )
     package.add_argument("--output", metavar="DIR", default="dist", help="folder to write to (%(default)s)")
-    traffic_commands.add_parsers(sub)
-    store_commands.add_parsers(sub)
-    return ap
 
 
 def run_package(args: argparse.Namespace) -> int:
@@ -148,6 +161,7 @@ def _run(args: argparse.Namespace, signals: _Signals) -> int:
         KafkaUrl.parse(kafka_input)  # a malformed URL fails now, before Spark starts
     kafka_out = kafka_outputs(config, kafka_input)
     reads, resumed = _start_up_checks(args, config, out, checkpoint)
+    config = _checkpoint_state_store(config, checkpoint)
 
     from streaming import query as q
     from streaming.session import spark_session
@@ -245,7 +259,6 @@ def _start_up_checks(
     if args.fresh:
         preflight.fresh(out, checkpoint)
     preflight.check_checkpoint(checkpoint, reads, out)
-    preflight.check_state_layout(checkpoint, config["pidquota.state.buckets"], config["pidquota.state.store"])
     if reads.kind != "file":
         return reads, Path(checkpoint, "offsets").is_dir()
     from streaming.file_source import start_up_notes
@@ -254,6 +267,19 @@ def _start_up_checks(
     for note in notes:
         print(f"pidquota: {note}", file=sys.stderr)
     return reads, resumed
+
+
+def _checkpoint_state_store(config, checkpoint: str):
+    """The config with the checkpoint's state store, if it has one and the setting was left
+    at its default (one line says so); a store given otherwise is refused."""
+    key = "pidquota.state.store"
+    store = preflight.check_state_layout(
+        checkpoint, config["pidquota.state.buckets"], config[key], config.given(key)
+    )
+    if store == config[key]:
+        return config
+    print(f"pidquota: the checkpoint keeps its state in {key}={store}; using it", file=sys.stderr)
+    return config.replace(key, store, "checkpoint")
 
 
 def quota_source(config):

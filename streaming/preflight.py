@@ -344,20 +344,23 @@ def sniff_offsets(ckpt: Path) -> Source | None:
     return None
 
 
-def check_state_layout(checkpoint: str, buckets: int, store: str = "hdfs") -> None:
+def check_state_layout(checkpoint: str, buckets: int, store: str, store_given: bool) -> str:
     """Refuse a checkpoint whose state was grouped otherwise (``pidquota.state.buckets``): its
     principals' state would be looked for in the wrong groups, or not be pidquota's layout.
-    Refuse one kept by another state store (``pidquota.state.store``): Spark would go on
-    with the checkpoint's store and silently ignore the setting."""
+
+    Returns the state store to run with (``pidquota.state.store``). A checkpoint keeps its
+    store: Spark would go on with it and silently ignore the setting. So the checkpoint's
+    store is used when the setting was left at its default (a checkpoint from before the
+    setting was kept by ``hdfs``), and refused when it was given otherwise."""
     ckpt = local_path(checkpoint)
     if ckpt is None or not ckpt.is_dir() or not (ckpt / "state").is_dir():
-        return
+        return store
     try:
         marker = json.loads((ckpt / MARKER).read_text(encoding="utf-8"))
         recorded = marker.get("state_buckets")
         recorded_store = marker.get("state_store", "hdfs")  # before the setting: Spark's default
     except (OSError, ValueError, AttributeError):
-        recorded, recorded_store = None, None
+        recorded, recorded_store = None, store
     if recorded is None:
         raise ConfigError(
             f"the checkpoint {checkpoint} holds state from an older pidquota (one state row per principal, "
@@ -369,11 +372,12 @@ def check_state_layout(checkpoint: str, buckets: int, store: str = "hdfs") -> No
             f"the checkpoint {checkpoint} keeps its state in pidquota.state.buckets={recorded} groups, not "
             f"{buckets}; set pidquota.state.buckets={recorded} again, or start with a new checkpoint (--fresh)"
         )
-    if recorded_store != store:
+    if recorded_store != store and store_given:
         raise ConfigError(
             f"the checkpoint {checkpoint} keeps its state in pidquota.state.store={recorded_store}, not "
             f"{store}; set pidquota.state.store={recorded_store} again, or start with a new checkpoint (--fresh)"
         )
+    return recorded_store
 
 
 def write_marker(

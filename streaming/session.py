@@ -6,9 +6,11 @@
   ``pidquota.spark.master`` applies only when none of them gave one. A
   ``spark://`` master that does not answer fails at start-up in one line.
 * **Code.** On a non-local master the executors get pidquota's code as a zip
-  (``streaming/ship.py``), unless it already came that way (``--py-files``).
+  (``streaming/ship.py``), unless it already came that way (``--py-files``,
+  which also works on a local master).
 * **Worker Python.** ``spark.pyspark.python`` or ``PYSPARK_PYTHON`` if set,
-  else the interpreter running pidquota (a fresh virtualenv just works).
+  else the interpreter running pidquota (in local mode a fresh virtualenv just
+  works; on a cluster that path must exist on every node).
 * **State store.** ``pidquota.state.store``: Spark's HDFS-backed store or RocksDB
   with changelog checkpointing (the README's table measures both).
 * **Logs.** With ``pidquota.log.level`` WARN or ERROR, Spark logs through
@@ -22,6 +24,7 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import shlex
 import shutil
 import socket
 import sys
@@ -96,7 +99,9 @@ def spark_session(config: Config, master: str | None = None):
     if level in QUIET_LEVELS:
         _quiet_logs(spark.sparkContext._jvm)
     spark.sparkContext.setLogLevel(level)
-    if not chosen.startswith("local"):
+    from streaming import ship
+
+    if not chosen.startswith("local") or ship.shipped():
         ship_code(spark.sparkContext)
     return spark
 
@@ -104,12 +109,11 @@ def spark_session(config: Config, master: str | None = None):
 def _gateway(quiet: bool):
     """Start Spark's JVM, or join the one spark-submit started; returns its SparkConf.
     ``quiet``: a JVM pidquota starts logs through ``conf/log4j2.properties`` from the first
-    line, unless the user gave Java options of their own."""
+    line, unless the user gave the driver Java options of their own."""
     from pyspark import SparkConf, SparkContext
 
     launch = SparkConf(loadDefaults=False)
-    own_java_options = re.search(r"extraJavaOptions|driver-java-options|log4j", _launch_args())
-    if quiet and SparkContext._gateway is None and not own_java_options:
+    if quiet and SparkContext._gateway is None and "spark.driver.extraJavaOptions" not in launch_settings():
         launch.set("spark.driver.extraJavaOptions", f"-D{_LOG4J_PROPERTY}={LOG4J2.as_uri()}")
     SparkContext._ensure_initialized(conf=launch)
     return SparkConf()  # the JVM's: what spark-submit and Spark's configuration files set
@@ -123,18 +127,58 @@ def _quiet_logs(jvm) -> None:
         jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(jvm.java.net.URI(LOG4J2.as_uri()))
 
 
-def _launch_args() -> str:
-    """What Spark's launcher reads besides pidquota: ``PYSPARK_SUBMIT_ARGS``, the JVM's own
-    command line (under spark-submit) and ``spark-defaults.conf``."""
-    parts = [os.environ.get("PYSPARK_SUBMIT_ARGS", "")]
+# spark-submit's options that take no value, and those that stand for a spark.* key
+_SUBMIT_FLAGS = frozenset({"--verbose", "-v", "--supervise", "--help", "-h", "--version", "--usage-error"})
+_SUBMIT_KEYS = {"--master": "spark.master", "--driver-java-options": "spark.driver.extraJavaOptions"}
+
+
+def submit_options(tokens: list[str]) -> dict[str, str]:
+    """The spark.* settings in spark-submit options (``--master X``, ``--conf k=v``...), up
+    to the application (its script, jar or ``pyspark-shell``): the application's own
+    arguments (``run --master ...``) are not spark-submit's."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(tokens) and tokens[i].startswith("-"):
+        name, eq, value = tokens[i].partition("=")
+        if tokens[i] in _SUBMIT_FLAGS:
+            i += 1
+            continue
+        if not eq:
+            value = tokens[i + 1] if i + 1 < len(tokens) else ""
+        i += 1 if eq else 2
+        if name == "--conf":
+            key, _, conf_value = value.partition("=")
+            out[key.strip()] = conf_value
+        elif name in _SUBMIT_KEYS:
+            out[_SUBMIT_KEYS[name]] = value
+    return out
+
+
+def defaults_options(text: str) -> dict[str, str]:
+    """The settings of a ``spark-defaults.conf`` (Java properties: ``key value``,
+    ``key=value`` or ``key: value``; ``#`` comments)."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*([^\s=:#!][^\s=:]*)\s*[=:]?\s*(.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def launch_settings() -> dict[str, str]:
+    """The spark.* settings the user gave Spark's launcher: ``spark-defaults.conf``,
+    ``PYSPARK_SUBMIT_ARGS`` and (under spark-submit) the JVM's own command line."""
     from pyspark import SparkContext
 
-    if SparkContext._jvm is not None:
-        parts.append(SparkContext._jvm.java.lang.System.getProperty("sun.java.command") or "")
+    out: dict[str, str] = {}
     defaults = _defaults_file()
     if defaults.is_file():
-        parts.append(defaults.read_text(encoding="utf-8", errors="replace"))
-    return "\n".join(parts)
+        out.update(defaults_options(defaults.read_text(encoding="utf-8", errors="replace")))
+    out.update(submit_options(shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", ""))))
+    if SparkContext._jvm is not None:
+        command = SparkContext._jvm.java.lang.System.getProperty("sun.java.command") or ""
+        out.update(submit_options(command.split()[1:]))  # after SparkSubmit's class name
+    return out
 
 
 def _defaults_file() -> Path:
@@ -153,7 +197,7 @@ def given_master(conf) -> str | None:
         return None
     if value != "local[*]":
         return value
-    named = re.search(r"--master|spark\.master", _launch_args()) or os.environ.get("MASTER")
+    named = "spark.master" in launch_settings() or os.environ.get("MASTER")
     return value if named else None
 
 
@@ -180,7 +224,8 @@ def check_master(url: str) -> None:
     addresses = [a.strip() for a in url.removeprefix("spark://").split(",") if a.strip()]
     errors = []
     for address in addresses:
-        host, _, port = address.rpartition(":") if ":" in address else (address, "", "7077")
+        host, _, port = address.rpartition(":") if re.search(r":\d+$", address) else (address, "", "7077")
+        host = host.strip("[]")  # an IPv6 address: spark://[::1]:7077
         try:
             socket.create_connection((host, int(port)), timeout=MASTER_CONNECT_S).close()
             return
@@ -199,15 +244,15 @@ def ship_code(sc) -> None:
 
     from streaming import ship
 
-    zipped = ship.shipped()
-    if zipped is None:
+    if ship.shipped() is None:
         folder = Path(tempfile.mkdtemp(prefix="pidquota-ship-"))
         atexit.register(shutil.rmtree, folder, ignore_errors=True)  # Spark serves the file until exit
-        zipped = ship.write_zip(folder / ship.ZIP_NAME)
-        sc.addPyFile(str(zipped))
+        sc.addPyFile(str(ship.write_zip(folder / ship.ZIP_NAME)))
     # Spark 4's driver-side runner of Python streaming sources looks for the Python
-    # includes under SparkFiles/streaming_job/ (a fixed job id), where addPyFile and
-    # --py-files do not put them; without this copy it cannot import the source.
-    quirk = Path(SparkFiles.getRootDirectory(), "streaming_job")
-    quirk.mkdir(exist_ok=True)
-    shutil.copyfile(zipped, quirk / zipped.name)
+    # includes under SparkFiles/streaming_job/ (a fixed job id, on every master), where
+    # addPyFile and --py-files do not put them; without copies it cannot import a source.
+    root = Path(SparkFiles.getRootDirectory())
+    (root / "streaming_job").mkdir(exist_ok=True)
+    for name in sc._python_includes:
+        if (root / name).is_file():
+            shutil.copyfile(root / name, root / "streaming_job" / name)

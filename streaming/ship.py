@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import tempfile
 import zipfile
 from pathlib import Path
 
 # The packages of pyproject.toml's [tool.setuptools] (a test keeps the two equal).
 PACKAGES = ("bloom", "quota", "streaming", "conf", "traffic", "store")
+SHIPPED_SUFFIXES = (".py", ".properties", ".json")  # code, and pyproject.toml's package-data
 ZIP_NAME = "pidquota.zip"
 MAIN_NAME = "pidquota_main.py"
 LOG4J2_NAME = "log4j2.properties"
@@ -44,16 +46,19 @@ def shipped() -> Path | None:
 
 
 def write_zip(path: Path) -> Path:
-    """Zip pidquota's packages, as they are imported here (Python files and package
-    data; no caches), into ``path``. Entries are in a fixed order with a fixed date, so
-    the same code gives the same bytes."""
+    """Zip pidquota's packages, as they are imported here, into ``path``: what a wheel
+    holds (``.py`` files and the package data of pyproject.toml, no caches or stray
+    files). Entries are in a fixed order with a fixed date, so the same code gives the
+    same bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
         for package in PACKAGES:
             root = Path(importlib.import_module(package).__file__).parent
             for file in sorted(root.rglob("*")):
-                if file.is_file() and "__pycache__" not in file.parts and file.suffix != ".pyc":
+                if file.is_file() and "__pycache__" not in file.parts and file.suffix in SHIPPED_SUFFIXES:
                     name = f"{package}/{file.relative_to(root).as_posix()}"
                     info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
                     info.compress_type = zipfile.ZIP_DEFLATED

@@ -220,9 +220,13 @@ class Gate:
         while True:
             try:
                 client, _ = self.server.accept()
-                broker = socket.create_connection(("127.0.0.1", self.upstream))
             except OSError:
                 return  # closed
+            try:
+                broker = socket.create_connection(("127.0.0.1", self.upstream))
+            except OSError:
+                client.close()  # the broker is not there: this client is refused, the next tried
+                continue
             for src, dst in ((client, broker), (broker, client)):
                 threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
 

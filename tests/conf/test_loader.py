@@ -90,3 +90,15 @@ def test_a_near_miss_key_or_variable_gets_a_suggestion():
         load(overrides={"pidquota.state.bucket": "8"}, environ={})
     with pytest.raises(ConfigError, match="did you mean PIDQUOTA_STATE_BUCKETS"):
         load(environ={"PIDQUOTA_STATE_BUCKET": "8"})
+
+
+def test_a_setting_is_given_only_when_the_user_gave_it(tmp_path):
+    key = "pidquota.state.store"
+    assert not load(environ={}).given(key)  # the shipped file lists the default
+    assert load(environ={"PIDQUOTA_STATE_STORE": "rocksdb"}).given(key)  # the default, but said
+    assert load(environ={}, overrides={key: "hdfs"}).given(key)
+    own = tmp_path / "p.properties"
+    own.write_text(f"{key}=rocksdb\n")
+    assert load(own, environ={}).given(key)
+    replaced = load(environ={}).replace(key, "hdfs", "checkpoint")
+    assert replaced[key] == "hdfs" and replaced.origins[key] == "checkpoint"

@@ -107,7 +107,7 @@ DEMO_OFFSETS = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"ori
 def no_spark(monkeypatch):
     """A run that gets past its start-up checks stops where Spark would start."""
 
-    def refuse(config):
+    def refuse(config, master=None):
         raise PidquotaError("Spark would start here")
 
     monkeypatch.setattr("streaming.session.spark_session", refuse)
@@ -205,3 +205,26 @@ def test_a_flag_that_cannot_apply_is_refused_with_a_reason(tmp_path, capsys, no_
 def test_run_takes_the_generate_duration_syntax(tmp_path, capsys, no_spark, duration):
     assert main(["run", "--output", str(tmp_path / "out"), "--duration", duration]) == 2
     assert one_error_line(capsys) == "Spark would start here"
+
+
+def test_a_checkpoint_s_state_store_is_kept_unless_another_is_given(tmp_path, capsys, monkeypatch):
+    """A checkpoint from before pidquota.state.store (or kept by hdfs) goes on with its store
+    when the setting is left at its default; given otherwise, it is refused."""
+    from streaming.preflight import Source, write_marker
+
+    used = []
+
+    def refuse(config, master=None):
+        used.append(config["pidquota.state.store"])
+        raise PidquotaError("Spark would start here")
+
+    monkeypatch.setattr("streaming.session.spark_session", refuse)
+    (tmp_path / "e.jsonl").write_text("{}\n")
+    ckpt = tmp_path / "out" / "_checkpoint"
+    (ckpt / "state").mkdir(parents=True)
+    write_marker(str(ckpt), Source.of(str(tmp_path / "e.jsonl")), 64)  # no store recorded: hdfs
+    run = ["run", "--input", str(tmp_path / "e.jsonl"), "--output", str(tmp_path / "out"), "--once"]
+    assert main(run) == 2 and used == ["hdfs"]
+    assert "the checkpoint keeps its state in pidquota.state.store=hdfs; using it" in capsys.readouterr().err
+    assert main([*run, "--set", "pidquota.state.store=rocksdb"]) == 2 and used == ["hdfs"]
+    assert "pidquota.state.store=hdfs, not rocksdb" in one_error_line(capsys)

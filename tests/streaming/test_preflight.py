@@ -353,30 +353,30 @@ def test_a_remote_checkpoint_is_refused_only_where_pidquota_keeps_files_beside_i
 
 def test_a_checkpoint_s_state_grouping_must_match(tmp_path):
     ckpt = tmp_path / "ck"
-    preflight.check_state_layout(str(ckpt), 64)  # nothing there yet
+    preflight.check_state_layout(str(ckpt), 64, "rocksdb", False)  # nothing there yet
     preflight.write_marker(str(ckpt), Source.of(None), 64)
-    preflight.check_state_layout(str(ckpt), 0)  # no state yet: any grouping may start it
+    preflight.check_state_layout(str(ckpt), 0, "rocksdb", False)  # no state yet: any grouping may start it
     (ckpt / "state").mkdir()
-    preflight.check_state_layout(str(ckpt), 64)
+    preflight.check_state_layout(str(ckpt), 64, "hdfs", False)
     with pytest.raises(
         ConfigError, match=r"pidquota.state.buckets=64 groups, not 0; set pidquota.state.buckets=64"
     ):
-        preflight.check_state_layout(str(ckpt), 0)
+        preflight.check_state_layout(str(ckpt), 0, "hdfs", False)
     preflight.write_marker(str(ckpt), Source.of(None))  # as an older pidquota wrote it
     with pytest.raises(ConfigError, match="older pidquota .* new checkpoint"):
-        preflight.check_state_layout(str(ckpt), 64)
+        preflight.check_state_layout(str(ckpt), 64, "hdfs", False)
 
 
-def test_a_checkpoint_s_state_store_must_match(tmp_path):
+def test_a_checkpoint_keeps_its_state_store(tmp_path):
     ckpt = tmp_path / "ck"
     (ckpt / "state").mkdir(parents=True)
-    preflight.write_marker(str(ckpt), Source.of(None), 64, "rocksdb")
-    preflight.check_state_layout(str(ckpt), 64, "rocksdb")
+    preflight.write_marker(str(ckpt), Source.of(None), 64, "hdfs")
+    assert preflight.check_state_layout(str(ckpt), 64, "hdfs", True) == "hdfs"
+    assert preflight.check_state_layout(str(ckpt), 64, "rocksdb", False) == "hdfs"  # left at the default
     with pytest.raises(
-        ConfigError, match=r"pidquota.state.store=rocksdb, not hdfs; set pidquota.state.store=rocksdb again"
+        ConfigError, match=r"pidquota.state.store=hdfs, not rocksdb; set pidquota.state.store=hdfs again"
     ):
-        preflight.check_state_layout(str(ckpt), 64, "hdfs")
+        preflight.check_state_layout(str(ckpt), 64, "rocksdb", True)  # given: refused
     preflight.write_marker(str(ckpt), Source.of(None), 64)  # before the setting: Spark's default store
-    preflight.check_state_layout(str(ckpt), 64, "hdfs")
-    with pytest.raises(ConfigError, match=r"pidquota.state.store=hdfs, not rocksdb"):
-        preflight.check_state_layout(str(ckpt), 64, "rocksdb")
+    assert preflight.check_state_layout(str(ckpt), 64, "rocksdb", False) == "hdfs"
+    assert preflight.check_state_layout(str(tmp_path / "new"), 64, "rocksdb", False) == "rocksdb"

@@ -1,5 +1,5 @@
 """Shipping the code (streaming/ship.py) and choosing the master (streaming/session.py),
-without Spark. The cluster itself is in test_cluster.py."""
+without Spark. The cluster itself is in test_spark_cluster.py."""
 
 from __future__ import annotations
 
@@ -18,8 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_zip_holds_every_package_of_the_project_and_its_data():
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    assert set(ship.PACKAGES) == set(packages)
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert set(ship.PACKAGES) == set(setuptools["packages"])
+    data = {
+        pattern.removeprefix("*") for patterns in setuptools["package-data"].values() for pattern in patterns
+    }
+    assert set(ship.SHIPPED_SUFFIXES) == {".py", *data}
 
 
 def test_the_zip_is_the_code_without_caches_and_the_same_bytes_each_time(tmp_path):
@@ -33,6 +37,11 @@ def test_the_zip_is_the_code_without_caches_and_the_same_bytes_each_time(tmp_pat
         and "conf/log4j2.properties" in names
     )
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    (ROOT / "conf" / ".notes.swp").write_text("an editor's file")
+    try:
+        assert ".notes.swp" not in str(zipfile.ZipFile(ship.write_zip(tmp_path / "c.zip")).namelist())
+    finally:
+        (ROOT / "conf" / ".notes.swp").unlink()
     assert {n.split("/")[0] for n in names} == set(ship.PACKAGES)
 
 
@@ -93,12 +102,39 @@ class Conf(dict):
 def test_spark_submit_s_default_master_does_not_count_as_given(monkeypatch):
     """spark-submit says local[*] when nobody gave a master; pidquota.spark.master applies then."""
     monkeypatch.delenv("MASTER", raising=False)
-    monkeypatch.setattr(session, "_launch_args", lambda: "org.apache.spark.deploy.SparkSubmit app.py")
+    monkeypatch.setattr(session, "launch_settings", lambda: {"spark.submit.pyFiles": "z.zip"})
     assert session.given_master(Conf({"spark.master": "local[*]"})) is None
     assert session.given_master(Conf({"spark.master": "spark://m:7077"})) == "spark://m:7077"
     assert session.given_master(Conf()) is None
-    monkeypatch.setattr(session, "_launch_args", lambda: "SparkSubmit --master local[*] app.py")
+    monkeypatch.setattr(session, "launch_settings", lambda: {"spark.master": "local[*]"})
     assert session.given_master(Conf({"spark.master": "local[*]"})) == "local[*]"
+
+
+def test_only_spark_submit_s_own_options_count_not_the_application_s():
+    opts = "--master spark://m:7077 --py-files z.zip --verbose --conf spark.x=1 --driver-java-options -Dy=2"
+    assert session.submit_options([*opts.split(), "main.py", "run", "--master", "local[2]"]) == {
+        "spark.master": "spark://m:7077",
+        "spark.x": "1",
+        "spark.driver.extraJavaOptions": "-Dy=2",
+    }
+    assert session.submit_options(["--conf=spark.master=local[3]", "pyspark-shell"]) == {
+        "spark.master": "local[3]"
+    }
+    app_args = "--py-files z.zip main.py run --master spark://h:7077 --set pidquota.spark.master=local[4]"
+    assert session.submit_options(app_args.split()) == {}
+
+
+def test_spark_defaults_conf_is_read_as_java_properties():
+    text = "# spark.master local[1]\nspark.master.ui.port 8080\nspark.master   spark://a:7077\nspark.x=1\n  spark.y: 2\n"
+    assert session.defaults_options(text) == {
+        "spark.master.ui.port": "8080",
+        "spark.master": "spark://a:7077",
+        "spark.x": "1",
+        "spark.y": "2",
+    }
+    assert "spark.master" not in session.defaults_options(
+        "spark.master.rest.enabled true\n# spark.master x\n"
+    )
 
 
 def test_a_spark_master_that_does_not_answer_is_one_line(monkeypatch):
@@ -110,3 +146,6 @@ def test_a_spark_master_that_does_not_answer_is_one_line(monkeypatch):
     ):
         session.check_master(f"spark://127.0.0.1:{port}")
     session.check_master("local[2]")  # nothing to reach
+    with pytest.raises(PidquotaError, match=rf"\[::1\]:{port}: ") as failed:
+        session.check_master(f"spark://[::1]:{port}")  # the host without its brackets
+    assert "not known" not in str(failed.value)  # it was looked up as an address, not a name

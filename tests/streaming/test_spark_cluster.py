@@ -1,0 +1,173 @@
+"""pidquota on a real Spark standalone cluster (a master and two 1-core workers on the
+loopback interface, from the installed pyspark), the ways the README documents.
+
+The executors' Python cannot import pidquota from this checkout
+(``tests/no_project_python.py``), so every run here proves that the code was
+shipped: by ``spark-submit --py-files`` with what ``pidquota package`` wrote, or
+by ``pidquota run --master`` itself. The input is a generated hour on Kafka
+(pidquota's Python data sources: the Kafka source on the executors, the Kafka
+writer for ``--decisions-topic``); the demo source runs there too. The local-mode
+run every cluster run must equal is itself a spark-submit of the package (on
+``local[2]``, with the HDFS-backed state store; the cluster runs use RocksDB).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import read_output
+
+EVENTS_PER_BATCH = "10000"  # about 5 batches of the generated hour
+
+
+@pytest.fixture(scope="module")
+def hour(kafka, tmp_path_factory):
+    """A generated hour of events (about 48,000) on the topic ``cluster-hour``."""
+    url = f"kafka://{kafka.bootstrap}/cluster-hour"
+    done = cli("generate", "--duration", "1h", "--rate", "10", "--to", url)
+    assert done.returncode == 0, done.stderr
+    return url
+
+
+def cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "streaming.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
+
+
+def run_args(url: str, out: Path, *extra: str) -> list[str]:
+    return [
+        "run",
+        "--input",
+        url,
+        "--output",
+        str(out),
+        "--once",
+        "--set",
+        f"pidquota.max.events.per.trigger={EVENTS_PER_BATCH}",
+        *extra,
+    ]
+
+
+def on_cluster(cluster) -> dict:
+    """The environment of a driver on this machine whose executors cannot import pidquota."""
+    return {"PYSPARK_PYTHON": str(cluster.python), "PYSPARK_DRIVER_PYTHON": sys.executable}
+
+
+def decisions(out: Path) -> pd.DataFrame:
+    d = read_output(out, "decisions")
+    return d.sort_values(list(d.columns)).reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory) -> Path:
+    """What ``pidquota package`` writes: the zip, the entry script, the logging configuration."""
+    folder = tmp_path_factory.mktemp("dist")
+    done = cli("package", "--output", str(folder))
+    assert done.returncode == 0, done.stderr
+    return folder
+
+
+def spark_submit(
+    dist: Path, master: str, python: Path, args: list[str], cwd: Path
+) -> subprocess.CompletedProcess:
+    """The documented spark-submit, with executors whose Python cannot import the checkout."""
+    import pyspark
+
+    submit = [
+        str(Path(pyspark.__file__).parent / "bin" / "spark-submit"),
+        *("--master", master, "--py-files", str(dist / "pidquota.zip")),
+        *("--driver-java-options", f"-Dlog4j2.configurationFile={dist / 'log4j2.properties'}"),
+        str(dist / "pidquota_main.py"),
+        *args,
+    ]
+    env = {**os.environ, "PYSPARK_PYTHON": str(python), "PYSPARK_DRIVER_PYTHON": sys.executable}
+    return subprocess.run(submit, capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
+
+
+def state_provider(out: Path) -> str:
+    """The state store class the query's offset log records."""
+    first = (out / "_checkpoint" / "offsets" / "0").read_text().splitlines()[1]
+    return json.loads(first)["conf"]["spark.sql.streaming.stateStore.providerClass"].rsplit(".", 1)[1]
+
+
+@pytest.fixture(scope="module")
+def local_run(hour, dist, tmp_path_factory):
+    """The same input in local mode, through spark-submit --py-files with a Python that cannot
+    import the checkout, and with the HDFS-backed state store: what every cluster run (on
+    RocksDB, the default) must decide."""
+    from conftest import no_project_python
+
+    tmp = tmp_path_factory.mktemp("local")
+    args = run_args(hour, tmp / "out", "--set", "pidquota.state.store=hdfs")
+    done = spark_submit(dist, "local[2]", no_project_python(tmp), args, tmp)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert state_provider(tmp / "out") == "HDFSBackedStateStoreProvider"
+    d = decisions(tmp / "out")
+    assert len(d) > 1000 and set(d.verdict) == {"ADMIT", "THROTTLE"}
+    return d
+
+
+def test_the_executors_python_cannot_import_pidquota(spark_cluster):
+    assert subprocess.run([str(spark_cluster.python)]).returncode == 0, "pidquota is importable there"
+    assert spark_cluster.alive_workers() == 2
+
+
+def test_spark_submit_with_the_package_decides_as_local_mode(
+    spark_cluster, hour, local_run, dist, kafka, tmp_path
+):
+    before = {a["id"] for a in spark_cluster.applications()}
+    t0 = time.monotonic()
+    args = run_args(hour, tmp_path / "out", "--decisions-topic", "cluster-decisions")
+    done = spark_submit(dist, spark_cluster.url, spark_cluster.python, args, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    print(f"spark-submit on the cluster: {time.monotonic() - t0:.0f} s")
+    pd.testing.assert_frame_equal(decisions(tmp_path / "out"), local_run)
+    assert state_provider(tmp_path / "out") == "RocksDBStateStoreProvider"
+    assert [line for line in done.stderr.splitlines() if " INFO " in line] == []  # quiet
+    (app,) = [a for a in spark_cluster.applications() if a["id"] not in before]
+    assert app["name"] == "pidquota" and app["cores"] >= 1  # it ran on the cluster's executors
+    assert len(kafka.consume("cluster-decisions")) == len(local_run)  # the Kafka writer ran there
+
+
+def test_the_demo_runs_on_the_cluster_and_the_log_level_turns_spark_s_logging_up(spark_cluster, tmp_path):
+    args = ["run", "--master", spark_cluster.url, "--output", str(tmp_path / "out"), "--duration", "25s"]
+    done = cli(*args, "--set", "pidquota.log.level=INFO", env=on_cluster(spark_cluster))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(read_output(tmp_path / "out", "decisions")) > 0
+    assert " INFO " in done.stderr  # Spark's own logging, at INFO
+
+
+def test_run_master_survives_a_lost_worker_and_decides_the_same(spark_cluster, hour, local_run, tmp_path):
+    """Last in the module: it leaves the cluster one worker short. The checkpoint is given
+    outside the output folder (on a cluster: a folder every node shares)."""
+    out = tmp_path / "out"
+    extra = ("--master", spark_cluster.url, "--checkpoint", str(tmp_path / "shared" / "ck"))
+    args = [sys.executable, "-m", "streaming.cli", *run_args(hour, out, *extra)]
+    env = {**os.environ, **on_cluster(spark_cluster)}
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    t0 = time.monotonic()
+    while not list((out / "decisions").glob("part-*.jsonl")) and proc.poll() is None:
+        assert time.monotonic() - t0 < 300, "no first batch within 5 minutes"
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before a worker could be killed"
+    spark_cluster.kill_worker(0)
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "Lost executor" in stderr  # Spark saw it go, and rescheduled its work
+    assert [
+        line for line in stderr.splitlines() if " INFO " in line or "resolves to a loopback" in line
+    ] == []
+    pd.testing.assert_frame_equal(decisions(out), local_run)
