@@ -370,8 +370,8 @@ SETTINGS: tuple[Setting, ...] = (
         "WARN",
         "Spark is chatty at INFO, and even at WARN every start prints lines that say nothing "
         "about the run; pidquota prints its own summary.",
-        "Spark log level. WARN and ERROR log through conf/log4j2.properties, which also drops the "
-        "routine warnings of every start; INFO and DEBUG give Spark's own logging configuration.",
+        "Spark log level, through conf/log4j2.properties, which also drops the routine warnings of "
+        "every start (INFO shows Spark's own progress lines).",
         choices=("ERROR", "WARN", "INFO", "DEBUG"),
     ),
 )

@@ -13,10 +13,9 @@
   works; on a cluster that path must exist on every node).
 * **State store.** ``pidquota.state.store``: Spark's HDFS-backed store or RocksDB
   with changelog checkpointing (the README's table measures both).
-* **Logs.** With ``pidquota.log.level`` WARN or ERROR, Spark logs through
-  ``conf/log4j2.properties``, which drops the routine lines of every start;
-  INFO or DEBUG gives Spark's own configuration. A log4j2 configuration of the
-  user's own is left alone.
+* **Logs.** Spark logs through ``conf/log4j2.properties`` at
+  ``pidquota.log.level`` (WARN), without the routine lines of every start. A
+  log4j2 configuration of the user's own is left alone.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ from conf.errors import ConfigError, PidquotaError
 from conf.loader import CONF_DIR, Config
 
 MASTER_CONNECT_S = 5.0  # a standalone master answers at once, or not at all
-QUIET_LEVELS = ("WARN", "ERROR")
 LOG4J2 = CONF_DIR / "log4j2.properties"
 _MASTER_URL = re.compile(r"local(\[[^\]]+\])?|local-cluster\[[^\]]+\]|spark://.+|yarn|k8s://.+")
 _LOG4J_PROPERTY = "log4j2.configurationFile"
@@ -73,7 +71,7 @@ def spark_session(config: Config, master: str | None = None):
     """Get or create the session from ``config``; ``master``: ``pidquota run --master``."""
     find_java()
     level = config["pidquota.log.level"]
-    conf = _gateway(quiet=level in QUIET_LEVELS)
+    conf = _gateway()
     chosen = choose_master(master, given_master(conf), config["pidquota.spark.master"])
     check_master(chosen)
     python = conf.get("spark.pyspark.python", None) or os.environ.get("PYSPARK_PYTHON") or sys.executable
@@ -96,8 +94,7 @@ def spark_session(config: Config, master: str | None = None):
     spark.conf.set("spark.sql.shuffle.partitions", partitions)
     for key, value in STATE_STORES[config["pidquota.state.store"]].items():
         spark.conf.set(key, value)
-    if level in QUIET_LEVELS:
-        _quiet_logs(spark.sparkContext._jvm)
+    _own_logging(spark.sparkContext._jvm)
     spark.sparkContext.setLogLevel(level)
     from streaming import ship
 
@@ -106,23 +103,24 @@ def spark_session(config: Config, master: str | None = None):
     return spark
 
 
-def _gateway(quiet: bool):
-    """Start Spark's JVM, or join the one spark-submit started; returns its SparkConf.
-    ``quiet``: a JVM pidquota starts logs through ``conf/log4j2.properties`` from the first
-    line, unless the user gave the driver Java options of their own."""
+def _gateway():
+    """Start Spark's JVM, or join the one spark-submit started; returns its SparkConf. A JVM
+    pidquota starts logs through ``conf/log4j2.properties`` from its first line, unless the
+    user gave the driver Java options of their own."""
     from pyspark import SparkConf, SparkContext
 
     launch = SparkConf(loadDefaults=False)
-    if quiet and SparkContext._gateway is None and "spark.driver.extraJavaOptions" not in launch_settings():
+    if SparkContext._gateway is None and "spark.driver.extraJavaOptions" not in launch_settings():
         launch.set("spark.driver.extraJavaOptions", f"-D{_LOG4J_PROPERTY}={LOG4J2.as_uri()}")
     SparkContext._ensure_initialized(conf=launch)
     return SparkConf()  # the JVM's: what spark-submit and Spark's configuration files set
 
 
-def _quiet_logs(jvm) -> None:
+def _own_logging(jvm) -> None:
     """Log through ``conf/log4j2.properties`` from now on, unless a log4j2 configuration was
     given (spark-submit without ``--driver-java-options``: its start-up lines are printed
-    already, and SparkContext reloads Spark's defaults while it starts)."""
+    already, and SparkContext reloads Spark's defaults while it starts). Spark's defaults
+    would also hide every INFO line from a PySpark driver, whatever the level."""
     if not jvm.java.lang.System.getProperty(_LOG4J_PROPERTY):
         jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(jvm.java.net.URI(LOG4J2.as_uri()))
 
