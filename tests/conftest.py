@@ -24,6 +24,17 @@ def spark():
     session.stop()
 
 
+@pytest.fixture
+def no_spark(monkeypatch):
+    """A ``pidquota run`` that gets past its start-up checks stops where Spark would start."""
+    from conf.errors import PidquotaError
+
+    def refuse(config, master=None):
+        raise PidquotaError("Spark would start here")
+
+    monkeypatch.setattr("streaming.session.spark_session", refuse)
+
+
 def write_events(path: Path, events: list) -> Path:
     """Write events (dicts, or raw strings written as they are) as JSON lines."""
     path.parent.mkdir(parents=True, exist_ok=True)

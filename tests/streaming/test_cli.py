@@ -103,16 +103,6 @@ def test_run_once_round_trip_through_the_cli(tmp_path):
 DEMO_OFFSETS = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"origin": 1000, "t": 61000}'
 
 
-@pytest.fixture
-def no_spark(monkeypatch):
-    """A run that gets past its start-up checks stops where Spark would start."""
-
-    def refuse(config, master=None):
-        raise PidquotaError("Spark would start here")
-
-    monkeypatch.setattr("streaming.session.spark_session", refuse)
-
-
 def demo_output(folder):
     """What `pidquota run` (the demo) leaves: outputs and a checkpoint with the demo's offsets."""
     for kind in ("decisions", "metrics", "dead-letters"):

@@ -326,14 +326,6 @@ def test_an_unreachable_broker_is_one_line_at_start_up_before_spark(tmp_path):
     assert not (tmp_path / "pidquota-out").exists()
 
 
-@pytest.fixture
-def no_spark(monkeypatch):
-    def refuse(config):
-        raise PidquotaError("Spark would start here")
-
-    monkeypatch.setattr("streaming.session.spark_session", refuse)
-
-
 def test_a_missing_topic_or_bad_starting_offsets_fail_at_start_up(kafka, tmp_path, capsys, no_spark):
     from streaming.cli import main
 
