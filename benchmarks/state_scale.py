@@ -60,21 +60,22 @@ def write_input(folder: Path, principals: int, batches: int) -> int:
     return n
 
 
-def rss_kib(pid: int) -> int:
+def proc_kib(pid: int, file: str, field: str) -> int:
+    """A size in KiB from ``/proc/PID/FILE`` (0 when the process is gone)."""
     try:
-        text = Path(f"/proc/{pid}/status").read_text()
+        text = Path(f"/proc/{pid}/{file}").read_text()
     except OSError:
         return 0
-    return int(re.search(r"VmRSS:\s+(\d+)", text).group(1))
+    return int(re.search(rf"{field}:\s+(\d+)", text).group(1))
+
+
+def rss_kib(pid: int) -> int:
+    return proc_kib(pid, "status", "VmRSS")
 
 
 def pss_kib(pid: int) -> int:
     """Proportional set size: forked workers' shared pages counted once in total."""
-    try:
-        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
-    except OSError:
-        return 0
-    return int(re.search(r"Pss:\s+(\d+)", text).group(1))
+    return proc_kib(pid, "smaps_rollup", "Pss")
 
 
 def python_workers_kib() -> int:

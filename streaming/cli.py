@@ -113,8 +113,8 @@ def _add_kafka_flags(run) -> None:
 def _add_package_parser(sub) -> None:
     package = sub.add_parser(
         "package",
-        help="write pidquota.zip and pidquota_main.py for spark-submit --py-files",
-        description="Write pidquota's code as a zip, and an entry script, for spark-submit on a cluster.",
+        help="write pidquota.zip, pidquota_main.py and log4j2.properties for spark-submit --py-files",
+        description="Write pidquota's code as a zip, an entry script and its quiet Spark logging configuration, for spark-submit on a cluster.",
     )
     package.add_argument("--output", metavar="DIR", default="dist", help="folder to write to (%(default)s)")
 

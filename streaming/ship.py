@@ -63,6 +63,7 @@ def write_zip(path: Path) -> Path:
                     info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
                     info.compress_type = zipfile.ZIP_DEFLATED
                     zf.writestr(info, file.read_bytes())
+    tmp.chmod(0o644)  # mkstemp makes it 0600; another user may submit the job
     os.replace(tmp, path)
     return path
 

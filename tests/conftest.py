@@ -35,6 +35,21 @@ def no_spark(monkeypatch):
     monkeypatch.setattr("streaming.session.spark_session", refuse)
 
 
+def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None):
+    """``python -m streaming.cli ARGS`` in a subprocess (its own JVM), output captured."""
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "streaming.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
+
+
 def write_events(path: Path, events: list) -> Path:
     """Write events (dicts, or raw strings written as they are) as JSON lines."""
     path.parent.mkdir(parents=True, exist_ok=True)

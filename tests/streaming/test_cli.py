@@ -1,11 +1,9 @@
 """The CLI's promises: one-line errors and exit codes, and the --once round trip."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from conftest import run_cli
 
 from conf.errors import PidquotaError
 from streaming.cli import _first_line, main
@@ -16,16 +14,6 @@ def own_working_folder(tmp_path_factory, monkeypatch):
     """Each test runs in an empty folder of its own: the default output ``./pidquota-out`` of
     the demo a user ran in the checkout (the README's first command) must not leak in."""
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
-
-
-def run_cli(*args, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "streaming.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **(env or {})},
-    )
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import read_output
+from conftest import run_cli as cli
 
 EVENTS_PER_BATCH = "10000"  # about 5 batches of the generated hour
 
@@ -34,17 +35,6 @@ def hour(kafka, tmp_path_factory):
     done = cli("generate", "--duration", "1h", "--rate", "10", "--to", url)
     assert done.returncode == 0, done.stderr
     return url
-
-
-def cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "streaming.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-    )
 
 
 def run_args(url: str, out: Path, *extra: str) -> list[str]:
