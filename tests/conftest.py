@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from conf.loader import load
+from streaming.outputs import read_output  # noqa: F401 (tests import it from here)
 
 
 @pytest.fixture(scope="session")
@@ -57,15 +58,6 @@ def write_events(path: Path, events: list) -> Path:
         for e in events:
             f.write((e if isinstance(e, str) else json.dumps(e)) + "\n")
     return path
-
-
-def read_output(out: Path, name: str) -> pd.DataFrame:
-    files = sorted((out / name).glob("part-*.jsonl"))
-    if not files:
-        return pd.DataFrame()
-    return pd.concat(
-        [pd.read_json(f, lines=True, dtype=False, convert_dates=False) for f in files], ignore_index=True
-    )
 
 
 class Enforcer:

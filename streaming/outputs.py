@@ -1,0 +1,29 @@
+"""Reading a run's output folder back: ``OUT/{decisions,metrics,dead-letters}/``.
+
+The one place that knows how the sink names its files (``streaming/sink.py``),
+for the report, the tests and the benchmarks. Spark-free.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from streaming.schema import OUTPUTS
+
+
+def output_files(out: str | Path, name: str) -> list[Path]:
+    """The files of one output (``decisions``, ``metrics`` or ``dead-letters``), oldest batch first."""
+    if name not in OUTPUTS:
+        raise ValueError(f"unknown output {name!r}; one of {', '.join(OUTPUTS)}")
+    return sorted(Path(out, name).glob("part-*.jsonl"))
+
+
+def read_output(out: str | Path, name: str) -> pd.DataFrame:
+    """One output's rows, in batch order (an empty frame when there are none)."""
+    files = output_files(out, name)
+    if not files:
+        return pd.DataFrame()
+    frames = [pd.read_json(f, lines=True, dtype=False, convert_dates=False) for f in files]
+    return pd.concat(frames, ignore_index=True)
