@@ -291,6 +291,36 @@ SETTINGS: tuple[Setting, ...] = (
         "Write per-user throttle state and metrics, in the user's event time, to pidquota.redis.url "
         "each batch (fenced per query run).",
     ),
+    # -- pidquota: Prometheus ----------------------------------------------------------
+    Setting(
+        "pidquota.prometheus.port",
+        int,
+        0,
+        "Off unless asked for: a port is a resource on a shared host. The demo turns it on "
+        "at 9464 (the port the OpenTelemetry Prometheus exporter is registered at).",
+        "Serve the metrics at http://HOST:PORT/metrics from the driver for Prometheus to scrape "
+        "(0: off). Same as run --prometheus-port.",
+        min=0,
+        max=65535,
+    ),
+    Setting(
+        "pidquota.prometheus.host",
+        str,
+        "0.0.0.0",
+        "A Prometheus on another host scrapes it, so listen on every interface, as "
+        "exporters such as node_exporter do.",
+        "The address the metrics endpoint listens on (127.0.0.1: this host only).",
+    ),
+    Setting(
+        "pidquota.prometheus.max.users",
+        int,
+        1000,
+        "Each labelled user is about 10 series; 1000 users is 10k series, within what one "
+        "Prometheus scrape job carries comfortably.",
+        "How many users get their own user label; every throttled user always does, the users "
+        'with the most new PIDs fill the rest, and the others are summed into user="_other".',
+        min=1,
+    ),
     # -- pidquota: Spark ---------------------------------------------------------------
     Setting(
         "pidquota.spark.master",

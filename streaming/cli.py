@@ -27,6 +27,7 @@ from streaming import preflight
 from traffic import commands as traffic_commands
 
 DEMO_SPEED = 60.0
+DEMO_PROMETHEUS_PORT = 9464
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,6 +80,12 @@ def _add_run_parser(sub) -> None:
     )
     run.add_argument(
         "--speed", type=float, help=f"demo only: event time per wall time (default {DEMO_SPEED:g})"
+    )
+    run.add_argument(
+        "--prometheus-port",
+        metavar="PORT",
+        type=int,
+        help=f"serve Prometheus metrics at http://HOST:PORT/metrics (the demo: {DEMO_PROMETHEUS_PORT})",
     )
     run.add_argument(
         "--fresh",
@@ -162,6 +169,7 @@ def _run(args: argparse.Namespace, signals: _Signals) -> int:
     kafka_out = kafka_outputs(config, kafka_input)
     reads, resumed = _start_up_checks(args, config, out, checkpoint)
     config = _checkpoint_state_store(config, checkpoint)
+    exporter = _exporter(config, demo)
 
     from streaming import query as q
     from streaming.session import spark_session
@@ -176,11 +184,12 @@ def _run(args: argparse.Namespace, signals: _Signals) -> int:
         checkpoint, reads, config["pidquota.state.buckets"], config["pidquota.state.store"]
     )
     lines, on_batch = _lines(spark, args, config, kafka_input, checkpoint, speed, str(signals.flag))
-    sink = JsonlSink(out, on_batch=on_batch, kafka=kafka_out, publish=publish)
+    observers = [f for f in (on_batch, exporter and exporter.observe_batch) if f]
+    sink = JsonlSink(out, on_batch=_each(observers), kafka=kafka_out, publish=publish)
     query = q.start(
         q.enforcer(lines, config, quotas), sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"]
     )
-    error = _wait(query, duration_s, signals)
+    error = _wait(query, duration_s, signals, exporter)
     if error is not None:
         raise PidquotaError(f"the streaming query failed: {_first_line(error)}")
     t = sink.totals
@@ -209,10 +218,12 @@ def _run_overrides(args: argparse.Namespace) -> dict[str, str]:
         "metrics_topic": "pidquota.kafka.metrics.topic",
         "dead_letters_topic": "pidquota.kafka.dead.letters.topic",
         "quota_store": "pidquota.redis.url",
+        "prometheus_port": "pidquota.prometheus.port",
     }
     for flag, key in flags.items():
-        if getattr(args, flag):
-            overrides[key] = getattr(args, flag)
+        value = getattr(args, flag)
+        if value is not None and value != "":  # --prometheus-port 0 is given: off
+            overrides[key] = str(value)
     return overrides
 
 
@@ -242,6 +253,44 @@ def _lines(
     )
     demo = spark.readStream.format("pidquota-demo").option("speed", speed).option(stopping.OPTION, stop)
     return demo.load(), table.update
+
+
+def _exporter(config, demo: bool):
+    """The Prometheus endpoint, serving before Spark starts (a port in use fails now), or None.
+    The demo serves at DEMO_PROMETHEUS_PORT unless told otherwise, and goes on without
+    metrics if that port is taken."""
+    port = config["pidquota.prometheus.port"]
+    if demo and not config.given("pidquota.prometheus.port"):
+        port = DEMO_PROMETHEUS_PORT
+    if not port:
+        return None
+    from streaming.exporter import Exporter
+
+    window_ms = QuotaSettings.from_config(config).window_ms
+    exporter = Exporter(window_ms, config["pidquota.prometheus.max.users"])
+    host = config["pidquota.prometheus.host"]
+    try:
+        exporter.serve(host, port)
+    except PidquotaError as exc:
+        if config.given("pidquota.prometheus.port") or not demo:
+            raise
+        print(f"pidquota: no Prometheus metrics: {exc}", file=sys.stderr)
+        return None
+    shown = "localhost" if host in ("0.0.0.0", "::", "") else host
+    print(f"pidquota: Prometheus metrics at http://{shown}:{port}/metrics")
+    return exporter
+
+
+def _each(callbacks: list):
+    """One ``on_batch`` that calls each of ``callbacks`` in turn (None if there are none)."""
+    if not callbacks:
+        return None
+
+    def call(batch_id: int, frames: dict) -> None:
+        for callback in callbacks:
+            callback(batch_id, frames)
+
+    return call
 
 
 def _start_up_checks(
@@ -384,7 +433,7 @@ class _Signals:
         return None if self.signum is None else _STOPS[self.signum][0]
 
 
-def _wait(query, duration: float | None, signals: _Signals) -> BaseException | None:
+def _wait(query, duration: float | None, signals: _Signals, exporter=None) -> BaseException | None:
     """Wait for the end, ``duration`` or a signal; stop the query; return its error."""
     from pyspark.errors import StreamingQueryException
 
@@ -395,6 +444,8 @@ def _wait(query, duration: float | None, signals: _Signals) -> BaseException | N
             if left is not None and left <= 0:
                 break
             query.awaitTermination(max(0.01, min(left, 1.0)) if left is not None else 1.0)
+            if exporter is not None:
+                exporter.observe_progress(query.lastProgress)
     except StreamingQueryException as exc:
         return exc
     finally:
