@@ -189,7 +189,7 @@ def _run(args: argparse.Namespace, signals: _Signals) -> int:
     query = q.start(
         q.enforcer(lines, config, quotas), sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"]
     )
-    error = _wait(query, duration_s, signals, exporter)
+    error = _wait(query, duration_s, signals, _progress_observers(config, args.once, exporter))
     if error is not None:
         raise PidquotaError(f"the streaming query failed: {_first_line(error)}")
     t = sink.totals
@@ -433,8 +433,19 @@ class _Signals:
         return None if self.signum is None else _STOPS[self.signum][0]
 
 
-def _wait(query, duration: float | None, signals: _Signals, exporter=None) -> BaseException | None:
-    """Wait for the end, ``duration`` or a signal; stop the query; return its error."""
+def _progress_observers(config, once: bool, exporter) -> list:
+    """What looks at Spark's progress reports while the query runs."""
+    from streaming.pace import Pace
+
+    observers = [] if once else [Pace(config["pidquota.trigger.interval.ms"]).observe]
+    return observers + ([exporter.observe_progress] if exporter is not None else [])
+
+
+def _wait(
+    query, duration: float | None, signals: _Signals, on_progress: list | None = None
+) -> BaseException | None:
+    """Wait for the end, ``duration`` or a signal, showing ``on_progress`` Spark's progress
+    reports; stop the query; return its error."""
     from pyspark.errors import StreamingQueryException
 
     deadline = None if duration is None else time.monotonic() + duration
@@ -444,8 +455,10 @@ def _wait(query, duration: float | None, signals: _Signals, exporter=None) -> Ba
             if left is not None and left <= 0:
                 break
             query.awaitTermination(max(0.01, min(left, 1.0)) if left is not None else 1.0)
-            if exporter is not None:
-                exporter.observe_progress(query.lastProgress)
+            if on_progress:
+                progress = query.lastProgress
+                for observe in on_progress:
+                    observe(progress)
     except StreamingQueryException as exc:
         return exc
     finally:
