@@ -8,6 +8,7 @@ JSON-lines files and exits.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -76,7 +77,8 @@ def _add_run_parser(sub) -> None:
     run.add_argument(
         "--duration",
         metavar="DURATION",
-        help=f"stop after this long (wall time; with --once, whichever ends first): {EXAMPLES}",
+        help="stop after this long (wall time, from when the query starts; with --once, whichever "
+        f"ends first): {EXAMPLES}",
     )
     run.add_argument(
         "--speed", type=float, help=f"demo only: event time per wall time (default {DEMO_SPEED:g})"
@@ -148,12 +150,13 @@ def run(args: argparse.Namespace) -> int:
     """``pidquota run``; Ctrl-C and SIGTERM stop it gracefully from the first moment."""
     signals = _Signals().install()
     try:
-        return _run(args, signals)
+        with contextlib.ExitStack() as cleanup:
+            return _run(args, signals, cleanup)
     finally:
         signals.restore()
 
 
-def _run(args: argparse.Namespace, signals: _Signals) -> int:
+def _run(args: argparse.Namespace, signals: _Signals, cleanup: contextlib.ExitStack) -> int:
     demo = args.input is None
     kafka_input = args.input if args.input and args.input.startswith("kafka://") else None
     preflight.check_flags(args, kafka_input is not None)
@@ -170,6 +173,8 @@ def _run(args: argparse.Namespace, signals: _Signals) -> int:
     reads, resumed = _start_up_checks(args, config, out, checkpoint)
     config = _checkpoint_state_store(config, checkpoint)
     exporter = _exporter(config, demo)
+    if exporter is not None:
+        cleanup.callback(exporter.close)
 
     from streaming import query as q
     from streaming.session import spark_session
@@ -184,6 +189,7 @@ def _run(args: argparse.Namespace, signals: _Signals) -> int:
         checkpoint, reads, config["pidquota.state.buckets"], config["pidquota.state.store"]
     )
     lines, on_batch = _lines(spark, args, config, kafka_input, checkpoint, speed, str(signals.flag))
+    print(_banner(args, config, checkpoint, speed))
     observers = [f for f in (on_batch, exporter and exporter.observe_batch) if f]
     sink = JsonlSink(out, on_batch=_each(observers), kafka=kafka_out, publish=publish)
     query = q.start(
@@ -247,12 +253,22 @@ def _lines(
 
     spark.dataSource.register(DemoDataSource)
     table = UserTable(QuotaSettings.from_config(config).window_ms)
-    source = "Redis" if config["pidquota.redis.url"] else config.quotas_path()
-    print(
-        f"pidquota demo: {speed:g}x event time, quotas from {source}, output in {args.output}/ (Ctrl-C to stop)"
-    )
     demo = spark.readStream.format("pidquota-demo").option("speed", speed).option(stopping.OPTION, stop)
     return demo.load(), table.update
+
+
+def _banner(args: argparse.Namespace, config, checkpoint: str, speed: float) -> str:
+    """What the run does, where it writes, and whether it resumes a checkpoint."""
+    quotas = "Redis" if config["pidquota.redis.url"] else config.quotas_path()
+    from conf.paths import local_path
+
+    done = preflight.last_batch(checkpoint)
+    start = "new checkpoint" if done is None else f"resuming after batch {done}"
+    if local_path(checkpoint) is None:
+        start = f"checkpoint {checkpoint}"
+    what = f"demo at {speed:g}x event time" if args.input is None else f"reading {args.input}"
+    until = "until all of it is read" if args.once else "Ctrl-C to stop"
+    return f"pidquota: {what}, quotas from {quotas}, output in {args.output}/ ({start}); {until}"
 
 
 def _exporter(config, demo: bool):

@@ -132,6 +132,7 @@ class Exporter:
         self._started = clock()
         self._newest_ms: float | None = None
         self._failed = 0
+        self._server = None
         self._define()
 
     def _define(self) -> None:
@@ -272,18 +273,25 @@ class Exporter:
     def _lag(self) -> float:
         return math.nan if self._newest_ms is None else self.clock() - self._newest_ms / 1000
 
-    def serve(self, host: str, port: int):
-        """Start the HTTP endpoint (a daemon thread); a port in use is a :class:`ConfigError`."""
+    def serve(self, host: str, port: int) -> None:
+        """Start the HTTP endpoint (a daemon thread) until :meth:`close`; a port in use is a
+        :class:`ConfigError`."""
         from prometheus_client import start_http_server
 
         try:
-            server, _ = start_http_server(port, addr=host, registry=self.registry)
+            self._server, _ = start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:
             raise ConfigError(
                 f"pidquota.prometheus.port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
                 "choose a free port with --prometheus-port PORT, or 0 to turn the metrics off"
             ) from None
-        return server
+
+    def close(self) -> None:
+        """Stop serving and free the port."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
 
 
 def _count(row: dict, key: str) -> int:

@@ -304,6 +304,19 @@ def has_progress(ckpt: Path) -> bool:
         return False  # unreadable: Spark will say so
 
 
+def last_batch(checkpoint: str) -> int | None:
+    """The last batch the checkpoint committed (Spark's ``commits/N``), or None: none, or
+    not a local folder."""
+    from conf.paths import local_path
+
+    where = local_path(checkpoint)
+    try:
+        done = [int(p.name) for p in (where / "commits").iterdir() if p.name.isdigit()] if where else []
+    except OSError:
+        return None
+    return max(done, default=None)
+
+
 def recorded_source(ckpt: Path) -> Source | None:
     """The checkpoint's source from its marker or, for an older checkpoint, its newest offsets."""
     return read_marker(ckpt) or sniff_offsets(ckpt)

@@ -26,7 +26,8 @@ _NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype(), pa.string
 
 @dataclass
 class BatchTotals:
-    """Running counts over the batches this sink has written (this process)."""
+    """Running counts over the batches this sink has written (this process); ``batches``
+    counts those with rows."""
 
     batches: int = 0
     rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTPUTS, 0))
@@ -112,6 +113,7 @@ class JsonlSink:
             spark.createDataFrame(with_id).write.format("pidquota-kafka").options(**self.kafka).mode(
                 "append"
             ).save()
-        self.totals.batches += 1
+        if table.num_rows:  # not the batches Spark runs without data, to move the watermark on
+            self.totals.batches += 1
         if self.on_batch is not None:
             self.on_batch(batch_id, frames)

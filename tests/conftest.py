@@ -222,7 +222,9 @@ class Prometheus:
 
         binary = shutil.which("prometheus")
         if binary is None:
-            pytest.fail("prometheus is not installed; run the tests with `bash tests/run.sh`, which installs it")
+            pytest.fail(
+                "prometheus is not installed; run the tests with `bash tests/run.sh`, which installs it"
+            )
         self.port = free_port()
         config = workdir / "prometheus.yml"
         config.write_text(

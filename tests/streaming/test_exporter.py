@@ -204,10 +204,13 @@ def test_the_endpoint_serves_the_metrics():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = ex.serve("127.0.0.1", port)
+    ex.serve("127.0.0.1", port)
     try:
         ex.observe_batch(0, frames([metric_row("User:a", 1_000, admitted=2)]))
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
-        server.shutdown()
+        ex.close()
     assert 'pidquota_producer_ids_admitted_total{user="User:a"} 2.0' in body
+    again = Exporter(W, 10)
+    again.serve("127.0.0.1", port)  # closed: the port is free again (a pidquota restart)
+    again.close()
