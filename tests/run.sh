@@ -5,12 +5,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
-# Tests start their own redis-server on a free port; install it if missing.
-if ! command -v redis-server >/dev/null 2>&1; then
+# Tests start their own redis-server on a free port, and parse the Grafana
+# dashboard's PromQL with promtool (Debian's prometheus package); install
+# whichever is missing.
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq redis-server >/dev/null
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 python3 -m ruff check .
 python3 -m pytest "$@"
