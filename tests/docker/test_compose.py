@@ -362,6 +362,10 @@ def volume_problems(doc: dict) -> list[str]:
             mounts[target] = source
             if not source.startswith((".", "/", "~")) and source not in declared:
                 problems.append(f"{name}: volume {source} is not declared under volumes:")
+            elif source.startswith(".") and not (COMPOSE_FILE.parent / source).exists():
+                problems.append(
+                    f"{name}: bind mount {source} is no file of docker/ (paths are relative to it)"
+                )
         args = parsed(doc).get(name)
         if args is not None and args.command == "run":
             out = Path(args.output)
@@ -389,7 +393,9 @@ def test_compose_file_agrees_with_the_code(check):
 
 def test_the_stack_is_the_one_the_readme_describes():
     doc = compose()
-    assert {"kafka", "topics", "redis", "quotas", "traffic", "enforcer"} <= set(doc["services"])
+    assert {"kafka", "topics", "redis", "quotas", "traffic", "enforcer", "prometheus", "grafana"} <= set(
+        doc["services"]
+    )
     commands = {name: args[0] for name, args in pidquota_commands(doc).items()}
     assert commands == {"quotas": "configs", "traffic": "generate", "enforcer": "run"}
 
@@ -433,6 +439,8 @@ BREAKAGES = [
     (image_problems, set_key("redis", "image", "redis:latest"), "not pinned"),
     (image_problems, set_key("kafka", "image", "apache/kafka"), "not pinned"),
     (image_problems, set_key("redis", "image", "redis:7-alpine"), "not pinned"),
+    (image_problems, set_key("grafana", "image", "grafana/grafana:11"), "not pinned"),
+    (image_problems, set_key("prometheus", "image", "prom/prometheus:latest"), "not pinned"),
     (environment_problems, set_key("enforcer", "environment.PIDQUOTA_SPARK_MASTR", "local[2]"), "no setting"),
     (environment_problems, set_key("enforcer", "environment.PIDQUOTA_LOG_LEVEL", "LOUD"), "out of range"),
     (command_problems, replace_arg("enforcer", "--quota-store", "--quota-stor"), "has no --quota-stor"),
@@ -521,6 +529,13 @@ BREAKAGES = [
     (image_problems, set_key("enforcer", "image", "pidquota:9.9.9"), "not pidquota:"),
     (volume_problems, replace_arg("enforcer", "/data/out", "/out"), "on no volume"),
     (volume_problems, set_key("enforcer", "volumes", ["pidquota-dat:/data"]), "not declared"),
+    (
+        volume_problems,
+        set_key(
+            "prometheus", "volumes", ["./docker/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml"]
+        ),
+        "no file of docker/",
+    ),
 ]
 
 

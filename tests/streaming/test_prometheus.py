@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Prometheus, free_port
+from dashboard import DASHBOARD, panel_queries
 
 from streaming import cli
 
@@ -149,3 +150,12 @@ def test_the_query_health(scraped):
     assert prometheus.value("max_over_time(pidquota_input_events_per_second[5m])") > 0
     assert prometheus.value('pidquota_prometheus_users{kind="folded"}') == 0
     assert prometheus.value("pidquota_input_events_total") == events
+
+
+def test_every_dashboard_panel_has_data(scraped):
+    """Each panel's PromQL (docker/grafana/dashboards/pidquota.json), with Grafana's
+    variables filled in, returns data from the run."""
+    prometheus, _, _ = scraped
+    empty = [(title, expr) for title, expr in panel_queries(DASHBOARD) if not prometheus.query(expr)]
+    assert not empty, f"panels without data: {empty}"
+    assert len(panel_queries(DASHBOARD)) >= 6
