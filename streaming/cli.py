@@ -207,7 +207,7 @@ def _run(args: argparse.Namespace, signals: _Signals, cleanup: contextlib.ExitSt
             file=sys.stderr,
         )
     print(
-        f"pidquota: {t.batches} batches; wrote {t.rows['decisions']} decisions, "
+        f"pidquota: {t.batches} batch{'es' if t.batches != 1 else ''}; wrote {t.rows['decisions']} decisions, "
         f"{t.rows['metrics']} metric rows, {t.rows['dead-letters']} dead letters under {out}/"
     )
     return signals.exit_code or 0

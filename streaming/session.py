@@ -26,8 +26,10 @@ import re
 import shlex
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from conf.errors import ConfigError, PidquotaError
@@ -112,8 +114,35 @@ def _gateway():
     launch = SparkConf(loadDefaults=False)
     if SparkContext._gateway is None and "spark.driver.extraJavaOptions" not in launch_settings():
         launch.set("spark.driver.extraJavaOptions", f"-D{_LOG4J_PROPERTY}={LOG4J2.as_uri()}")
-    SparkContext._ensure_initialized(conf=launch)
+    gateway = _launch(launch) if SparkContext._gateway is None else None
+    SparkContext._ensure_initialized(gateway=gateway, conf=launch)
     return SparkConf()  # the JVM's: what spark-submit and Spark's configuration files set
+
+
+# What the JVM itself prints on stderr at every start, before any logging: Spark's
+# launcher adds the incubating vector module, and Java says so.
+_JVM_NOISE = (b"WARNING: Using incubator modules",)
+
+
+def _launch(conf):
+    """Spark's JVM, its stderr relayed to ours without :data:`_JVM_NOISE` (spark-submit's
+    JVM, which PySpark joins, keeps its own stderr)."""
+    from pyspark.java_gateway import launch_gateway
+
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return launch_gateway(conf)
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    relay = threading.Thread(target=_relay, args=(gateway.proc.stderr,), name="pidquota-jvm-stderr")
+    relay.daemon = True
+    relay.start()
+    return gateway
+
+
+def _relay(pipe) -> None:
+    """Copy the JVM's stderr to file descriptor 2, as if it were inherited, line by line."""
+    for line in iter(pipe.readline, b""):
+        if not line.startswith(_JVM_NOISE):
+            os.write(2, line)
 
 
 def _own_logging(jvm) -> None:
