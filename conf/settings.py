@@ -371,6 +371,26 @@ SETTINGS: tuple[Setting, ...] = (
         max=100000,
     ),
     Setting(
+        "pidquota.mode",
+        str,
+        "enforce",
+        "A run enforces unless told otherwise; shadow is how a new quota is tried out first.",
+        "enforce: publish throttles where brokers and proxies look (Redis). shadow: compute and "
+        "write everything, marked mode=shadow, and publish to Redis only under a separate "
+        "shadow: key space. Same as run --shadow.",
+        choices=("enforce", "shadow"),
+    ),
+    Setting(
+        "pidquota.replay.until",
+        str,
+        "",
+        "Empty: every event is enforced. A replay is asked for when state was lost.",
+        "Events before this time (epoch ms, or now: when the checkpoint is created) only rebuild "
+        "state: their rows are marked replay=true and nothing of them is published. The "
+        "checkpoint keeps the time, so a restart never replays newer events. Same as run "
+        "--replay-until; run --rebuild is --replay-until now.",
+    ),
+    Setting(
         "pidquota.checkpoint.location",
         str,
         "",

@@ -37,6 +37,9 @@ def add_parsers(sub) -> None:
     )
     _common(st)
     st.add_argument("principal", nargs="?", help="e.g. User:alice (default: every user with state)")
+    st.add_argument(
+        "--shadow", action="store_true", help="what a run in shadow mode (run --shadow) published instead"
+    )
 
 
 def _common(p) -> None:
@@ -111,7 +114,7 @@ def run_configs(args: argparse.Namespace) -> int:
 def run_status(args: argparse.Namespace) -> int:
     """Each user's published state, in that user's event time (see :class:`StatusClient`)."""
     client, config = redis_from(args)
-    status = StatusClient(client, config["pidquota.redis.prefix"])
+    status = StatusClient(client, config["pidquota.redis.prefix"], args.shadow)
     principals = [args.principal] if args.principal else status.principals()
     if not principals:
         print("No throttle state published yet.")

@@ -80,9 +80,9 @@ class DecisionStore:
     higher, B's batch 5 is applied (fence: 2, 5).
     """
 
-    def __init__(self, client, prefix: str = "pidquota") -> None:
+    def __init__(self, client, prefix: str = "pidquota", shadow: bool = False) -> None:
         self.client = client
-        self.keys = Keys(prefix)
+        self.keys = Keys(prefix, shadow)
         self._write = client.register_script(_WRITE_LUA)
 
     def begin(self, query_id: str) -> int:
@@ -164,9 +164,9 @@ class StatusClient:
     ``throttled_until_ms`` -> not throttled.
     """
 
-    def __init__(self, client, prefix: str = "pidquota") -> None:
+    def __init__(self, client, prefix: str = "pidquota", shadow: bool = False) -> None:
         self.client = client
-        self.keys = Keys(prefix)
+        self.keys = Keys(prefix, shadow)
 
     def status(self, principal: str) -> Status:
         raw = self.client.hgetall(self.keys.user_state(principal))

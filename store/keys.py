@@ -13,6 +13,7 @@ transaction (which may only touch one slot) is valid on a cluster too:
 ``{P}:users:<name>``                 hash: one user's published throttle state
 ``{P}:users``                        set: principals with published state
 ``{P}:fence:<query id>``             hash: ``generation`` and ``batch`` of the writer
+``{P}:shadow:users:<name>``, ...     the same three, published by a run in shadow mode
 ``{P}:pid-blocks:*``                 the traffic generator's KIP-730 block store
 ==================================== ===================================================
 
@@ -47,7 +48,7 @@ def desanitize(name: str) -> str:
 class Keys:
     """Key names under one prefix, all in the Redis Cluster slot of ``{prefix}``."""
 
-    def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(self, prefix: str = DEFAULT_PREFIX, shadow: bool = False) -> None:
         if not prefix or any(c.isspace() or c in "{}" for c in prefix):
             raise ConfigError(
                 f"pidquota.redis.prefix must be non-empty without spaces, '{{' or '}}', got {prefix!r}; "
@@ -55,6 +56,8 @@ class Keys:
             )
         self.prefix = prefix
         self.tag = "{" + prefix + "}"
+        # Where throttle state is published: a shadow run's never where brokers look.
+        self.published = self.tag + (":shadow" if shadow else "")
 
     def user_config(self, entity: str) -> str:
         """Hash of one entity's configs: ``{PREFIX}:config:users:<sanitised>``."""
@@ -82,11 +85,11 @@ class Keys:
     @property
     def state_index(self) -> str:
         """Set of principals (as they are, not sanitised) with published state."""
-        return f"{self.tag}:users"
+        return f"{self.published}:users"
 
     def fence(self, query_id: str) -> str:
         """The writer generation and last batch of a query (KIP-447-style fencing)."""
-        return f"{self.tag}:fence:{sanitize(query_id)}"
+        return f"{self.published}:fence:{sanitize(query_id)}"
 
     @property
     def pid_blocks(self) -> str:

@@ -95,7 +95,30 @@ def _add_run_parser(sub) -> None:
         help="delete OUTPUT (and a --checkpoint outside it) first and start from scratch; "
         "refused unless it looks like pidquota output",
     )
+    _add_rollout_flags(run)
     _add_kafka_flags(run)
+
+
+def _add_rollout_flags(run) -> None:
+    """``pidquota run``'s shadow mode and cold start (README: "Rolling out quotas")."""
+    run.add_argument(
+        "--shadow",
+        action="store_true",
+        help="compute and write everything, marked mode=shadow, but publish no throttles where "
+        "brokers look (Redis gets a separate shadow: key space)",
+    )
+    replay = run.add_mutually_exclusive_group()
+    replay.add_argument(
+        "--replay-until",
+        metavar="TS",
+        help="events before TS (epoch ms, or now) only rebuild state: marked replay=true, never "
+        "published; a new Kafka checkpoint starts W + W/layer.count before TS",
+    )
+    replay.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="--replay-until now: the way to start on a topic that already holds traffic",
+    )
 
 
 def _add_kafka_flags(run) -> None:
@@ -172,6 +195,7 @@ def _run(args: argparse.Namespace, signals: _Signals, cleanup: contextlib.ExitSt
     kafka_out = kafka_outputs(config, kafka_input)
     reads, resumed = _start_up_checks(args, config, out, checkpoint)
     config = _checkpoint_state_store(config, checkpoint)
+    config, replay_ms = _replay(config, checkpoint, kafka_input is not None)
     exporter = _exporter(config, demo)
     if exporter is not None:
         cleanup.callback(exporter.close)
@@ -186,12 +210,19 @@ def _run(args: argparse.Namespace, signals: _Signals, cleanup: contextlib.ExitSt
         return signals.exit_code
     # once Java is there: a failed start leaves no trace
     preflight.write_marker(
-        checkpoint, reads, config["pidquota.state.buckets"], config["pidquota.state.store"]
+        checkpoint, reads, config["pidquota.state.buckets"], config["pidquota.state.store"], replay_ms
     )
     lines, on_batch = _lines(spark, args, config, kafka_input, checkpoint, speed, str(signals.flag))
-    print(_banner(args, config, checkpoint, speed))
+    print(_banner(args, config, checkpoint, speed, replay_ms))
     observers = [f for f in (on_batch, exporter and exporter.observe_batch) if f]
-    sink = JsonlSink(out, on_batch=_each(observers), kafka=kafka_out, publish=publish)
+    sink = JsonlSink(
+        out,
+        on_batch=_each(observers),
+        kafka=kafka_out,
+        publish=publish,
+        replay_until=replay_ms,
+        mode=config["pidquota.mode"],
+    )
     query = q.start(
         q.enforcer(lines, config, quotas), sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"]
     )
@@ -225,7 +256,12 @@ def _run_overrides(args: argparse.Namespace) -> dict[str, str]:
         "dead_letters_topic": "pidquota.kafka.dead.letters.topic",
         "quota_store": "pidquota.redis.url",
         "prometheus_port": "pidquota.prometheus.port",
+        "replay_until": "pidquota.replay.until",
     }
+    if args.shadow:
+        overrides["pidquota.mode"] = "shadow"
+    if args.rebuild:
+        overrides["pidquota.replay.until"] = "now"
     for flag, key in flags.items():
         value = getattr(args, flag)
         if value is not None and value != "":  # --prometheus-port 0 is given: off
@@ -257,7 +293,30 @@ def _lines(
     return demo.load(), table.update
 
 
-def _banner(args: argparse.Namespace, config, checkpoint: str, speed: float) -> str:
+def _replay(config, checkpoint: str, kafka_input: bool):
+    """The config and the replay time in force (``streaming/replay.py``). A Kafka input on a new
+    checkpoint starts where the replay must begin, unless --starting-offsets says otherwise."""
+    from conf.paths import local_path
+    from streaming import replay
+
+    if config[replay.KEY].strip() == "now" and local_path(checkpoint) is None:
+        raise PidquotaError(
+            f"--rebuild (--replay-until now) records its time in the checkpoint, and {checkpoint} is not "
+            "a local folder pidquota can write to; give the time itself: --replay-until EPOCH_MS"
+        )
+    progress = preflight.has_progress(Path(checkpoint))
+    recorded = preflight.recorded_replay(checkpoint)
+    until, note = replay.replay_until(config[replay.KEY], recorded, progress, int(time.time() * 1000))
+    if note:
+        print(f"pidquota: {note}", file=sys.stderr)
+    offsets = "pidquota.kafka.starting.offsets"
+    if until is not None and kafka_input and not progress and not config.given(offsets):
+        start = replay.replay_start_ms(until, QuotaSettings.from_config(config))
+        config = config.replace(offsets, str(start), "--replay-until")
+    return config, until
+
+
+def _banner(args: argparse.Namespace, config, checkpoint: str, speed: float, replay_ms=None) -> str:
     """What the run does, where it writes, and whether it resumes a checkpoint."""
     quotas = "Redis" if config["pidquota.redis.url"] else config.quotas_path()
     from conf.paths import local_path
@@ -268,7 +327,12 @@ def _banner(args: argparse.Namespace, config, checkpoint: str, speed: float) -> 
         start = f"checkpoint {checkpoint}"
     what = f"demo at {speed:g}x event time" if args.input is None else f"reading {args.input}"
     until = "until all of it is read" if args.once else "Ctrl-C to stop"
-    return f"pidquota: {what}, quotas from {quotas}, output in {args.output}/ ({start}); {until}"
+    mode = "SHADOW (nothing published as throttled), " if config["pidquota.mode"] == "shadow" else ""
+    if replay_ms is not None:
+        from store.decisions import event_time
+
+        start += f"; events before {event_time(replay_ms)} only rebuild state"
+    return f"pidquota: {mode}{what}, quotas from {quotas}, output in {args.output}/ ({start}); {until}"
 
 
 def _exporter(config, demo: bool):
@@ -283,7 +347,8 @@ def _exporter(config, demo: bool):
     from streaming.exporter import Exporter
 
     window_ms = QuotaSettings.from_config(config).window_ms
-    exporter = Exporter(window_ms, config["pidquota.prometheus.max.users"])
+    shadow = config["pidquota.mode"] == "shadow"
+    exporter = Exporter(window_ms, config["pidquota.prometheus.max.users"], shadow=shadow)
     host = config["pidquota.prometheus.host"]
     try:
         exporter.serve(host, port)
@@ -365,7 +430,8 @@ def quota_source(config):
     if not config["pidquota.redis.publish.decisions"]:
         return quotas, None
     window_ms = QuotaSettings.from_config(config).window_ms
-    return quotas, RedisPublisher(DecisionStore(client, prefix), quotas, window_ms)
+    shadow = config["pidquota.mode"] == "shadow"
+    return quotas, RedisPublisher(DecisionStore(client, prefix, shadow), quotas, window_ms)
 
 
 def kafka_outputs(config, input_url: str | None) -> dict | None:

@@ -121,6 +121,7 @@ class Exporter:
         max_users: int,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
+        shadow: bool = False,
     ):
         self.window_ms = window_ms
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -134,6 +135,7 @@ class Exporter:
         self._failed = 0
         self._server = None
         self._define()
+        self.shadow.set(1 if shadow else 0)
 
     def _define(self) -> None:
         reg = self.registry
@@ -164,6 +166,11 @@ class Exporter:
         self.failed = Counter(
             "pidquota_failed_publishes", "Throttle-state publishes to Redis that failed", registry=reg
         )
+        self.shadow = Gauge(
+            "pidquota_shadow",
+            "1 when the run is in shadow mode: nothing is published as throttled",
+            registry=reg,
+        )
         self.users = Gauge(
             "pidquota_prometheus_users",
             "Users with their own label, and users summed into _other",
@@ -183,7 +190,7 @@ class Exporter:
             self.dead.labels(reason_class(reason)).inc()
         if rows:
             self._observe_users(rows, batch_id)
-            self.stale.set(1 if any(bool(r.get("quota_stale")) for r in rows) else 0)
+            self.stale.set(1 if any(_flag(r.get("quota_stale")) for r in rows) else 0)
             newest = max(finite(r.get("timestamp")) or 0 for r in rows)
             self._newest_ms = max(self._newest_ms or 0, newest)
             failed = int(max(finite(r.get("failed_publishes")) or 0 for r in rows))
@@ -209,8 +216,9 @@ class Exporter:
         for r in rows:
             user = r["principal"]
             label = self.labels.label(user)
-            self.admitted.labels(label).inc(_count(r, "admitted"))
-            self.throttled.labels(label).inc(_count(r, "throttled"))
+            replayed = _flag(r.get("replay"))  # only rebuilt state (--replay-until): not counted
+            self.admitted.labels(label).inc(0 if replayed else _count(r, "admitted"))
+            self.throttled.labels(label).inc(0 if replayed else _count(r, "throttled"))
             self._set_user(user, label, states[user])
         for key in _SUMMED:
             if self._other_users():
@@ -292,6 +300,11 @@ class Exporter:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def _flag(value) -> bool:
+    """A boolean column's value; null (None, pandas' NA) is False."""
+    return value is not None and value is not pd.NA and bool(value)
 
 
 def _count(row: dict, key: str) -> int:

@@ -322,6 +322,16 @@ def recorded_source(ckpt: Path) -> Source | None:
     return read_marker(ckpt) or sniff_offsets(ckpt)
 
 
+def recorded_replay(checkpoint: str) -> int | None:
+    """The replay time the checkpoint's marker records (``--replay-until``), or None."""
+    ckpt = local_path(checkpoint)
+    try:
+        value = json.loads((ckpt / MARKER).read_text(encoding="utf-8")).get("replay_until_ms")
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def read_marker(ckpt: Path) -> Source | None:
     try:
         data = json.loads((ckpt / MARKER).read_text(encoding="utf-8"))
@@ -394,9 +404,13 @@ def check_state_layout(checkpoint: str, buckets: int, store: str, store_given: b
 
 
 def write_marker(
-    checkpoint: str, source: Source, buckets: int | None = None, store: str | None = None
+    checkpoint: str,
+    source: Source,
+    buckets: int | None = None,
+    store: str | None = None,
+    replay_until: int | None = None,
 ) -> None:
-    """Record the source, the state's grouping and its store in
+    """Record the source, the state's grouping, its store and the replay time in
     ``CHECKPOINT/pidquota-source.json`` (a remote checkpoint: skipped)."""
     ckpt = local_path(checkpoint)
     if ckpt is None:
@@ -410,6 +424,8 @@ def write_marker(
             marker_json["state_buckets"] = buckets
         if store is not None:
             marker_json["state_store"] = store
+        if replay_until is not None:
+            marker_json["replay_until_ms"] = replay_until
         tmp.write_text(json.dumps(marker_json) + "\n", encoding="utf-8")
         os.replace(tmp, marker)
     except OSError as exc:

@@ -77,6 +77,8 @@ DECISION_COLUMNS = (
     "throttle_time_ms",
     "tokens",
     "quota",
+    "replay",
+    "mode",
 )
 METRIC_COLUMNS = (
     "principal",
@@ -97,6 +99,8 @@ METRIC_COLUMNS = (
     "layers",
     "quota_stale",
     "failed_publishes",
+    "replay",
+    "mode",
 )
 DEAD_LETTER_COLUMNS = ("raw", "reason", "source")
 
@@ -134,6 +138,10 @@ OUTPUT_SCHEMA = StructType(
         # Set by the sink on the driver, not the operator: throttle-state publishes
         # to Redis that failed so far in this run (0 without Redis).
         StructField("failed_publishes", LongType()),
+        # Set by the sink too: the row only rebuilds state (its event time is before
+        # --replay-until), and the run's pidquota.mode (enforce or shadow).
+        StructField("replay", BooleanType()),
+        StructField("mode", StringType()),
         StructField("raw", StringType()),
         StructField("reason", StringType()),
         StructField("source", StringType()),

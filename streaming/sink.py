@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store.sink import RedisPublisher
-from streaming.schema import KIND_METRIC, OUTPUTS
+from streaming.schema import KIND_DEAD, KIND_METRIC, OUTPUTS
 
 _NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype(), pa.string(): pd.StringDtype()}
 
@@ -66,6 +66,11 @@ class JsonlSink:
 
     ``on_batch(batch_id, frames)`` is called after the files are in place,
     with the batch's rows per output name (the demo table uses it).
+
+    Decision and metrics rows get ``mode`` (the run's ``pidquota.mode``) and
+    ``replay``: true when the row's event time is before ``replay_until``
+    (``--replay-until``). Replayed rows are written to the files only: Redis
+    and the Kafka topics never see them.
     """
 
     def __init__(
@@ -74,17 +79,21 @@ class JsonlSink:
         on_batch: Callable[[int, dict], None] | None = None,
         kafka: dict | None = None,
         publish: RedisPublisher | None = None,
+        replay_until: int | None = None,
+        mode: str = "enforce",
     ):
         self.out_dir = Path(out_dir)
         self.publish = publish  # e.g. fenced per-user throttle state to Redis
         self.kafka = kafka  # options of the pidquota-kafka writer, or None
+        self.replay_until = replay_until
+        self.mode = mode
         for name in OUTPUTS:
             (self.out_dir / name).mkdir(parents=True, exist_ok=True)
         self.on_batch = on_batch
         self.totals = BatchTotals()
 
     def __call__(self, batch_df, batch_id: int) -> None:
-        table = batch_df.toArrow()  # one collect; Arrow keeps int64 ints with nulls intact
+        table = self._marked(batch_df.toArrow())  # one collect; Arrow keeps int64 ints with nulls intact
         frames = _frames(table, batch_id)
         failed = 0
         if self.publish is not None:
@@ -92,12 +101,10 @@ class JsonlSink:
                 self.publish.bind(query_id_of(batch_df))
             # Before the files, so that the metrics rows can say how many publishes failed.
             # A replayed batch publishes again; the publisher's fencing makes that harmless.
-            self.publish(batch_id, frames)
+            self.publish(batch_id, {**frames, "metrics": _enforced(frames["metrics"])})
             failed = self.publish.failed_publishes
         frames["metrics"]["failed_publishes"] = failed
-        is_metric = pc.equal(table["kind"], KIND_METRIC)
-        column = pc.if_else(is_metric, pa.scalar(failed, pa.int64()), pa.scalar(None, pa.int64()))
-        table = table.set_column(table.schema.get_field_index("failed_publishes"), "failed_publishes", column)
+        table = _set(table, "failed_publishes", pc.equal(table["kind"], KIND_METRIC), pa.scalar(failed))
         for name, part in frames.items():
             target = self.out_dir / name / f"part-{batch_id:010d}.jsonl"
             if len(part):
@@ -105,15 +112,44 @@ class JsonlSink:
             elif target.exists():  # a replay that now writes nothing
                 target.unlink()
             self.totals.rows[name] += len(part)
-        if self.kafka and table.num_rows:
-            # The batch is already collected: send that, rather than running the
-            # stateful operator a second time for a second action on batch_df.
-            with_id = table.append_column("batch_id", pa.array([batch_id] * table.num_rows, pa.int64()))
-            spark = batch_df.sparkSession
-            spark.createDataFrame(with_id).write.format("pidquota-kafka").options(**self.kafka).mode(
-                "append"
-            ).save()
+        if self.kafka:
+            self._send(
+                batch_df.sparkSession, table.filter(pc.invert(pc.fill_null(table["replay"], False))), batch_id
+            )
         if table.num_rows:  # not the batches Spark runs without data, to move the watermark on
             self.totals.batches += 1
         if self.on_batch is not None:
             self.on_batch(batch_id, frames)
+
+    def _marked(self, table: pa.Table) -> pa.Table:
+        """``mode`` and ``replay`` on the decision and metrics rows."""
+        judged = pc.invert(pc.equal(table["kind"], KIND_DEAD))
+        table = _set(table, "mode", judged, pa.scalar(self.mode))
+        before = pc.less(table["timestamp"], pa.scalar(self.replay_until or 0, pa.int64()))
+        return _set(table, "replay", judged, pc.fill_null(before, False))
+
+    def _send(self, spark, table: pa.Table, batch_id: int) -> None:
+        """The batch's rows to the Kafka topics. The batch is already collected: send that,
+        rather than running the stateful operator a second time for a second action."""
+        if not table.num_rows:
+            return
+        with_id = table.append_column("batch_id", pa.array([batch_id] * table.num_rows, pa.int64()))
+        spark.createDataFrame(with_id).write.format("pidquota-kafka").options(**self.kafka).mode(
+            "append"
+        ).save()
+
+
+def _set(table: pa.Table, column: str, where, value) -> pa.Table:
+    """``table`` with ``column`` = ``value`` where ``where`` holds, null elsewhere."""
+    field = table.schema.field(column)
+    if isinstance(value, pa.Scalar):
+        value = value.cast(field.type)
+    filled = pc.if_else(where, value, pa.scalar(None, field.type))
+    return table.set_column(table.schema.get_field_index(column), column, filled)
+
+
+def _enforced(metrics: pd.DataFrame) -> pd.DataFrame:
+    """The metrics rows that are not replayed (what may be published)."""
+    if not len(metrics):
+        return metrics
+    return metrics[~metrics["replay"].fillna(False).astype(bool)]

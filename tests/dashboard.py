@@ -38,6 +38,7 @@ QUERY_METRICS = (
     "pidquota_quota_stale",
     "pidquota_failed_publishes_total",
     "pidquota_prometheus_users",
+    "pidquota_shadow",
 )
 METRIC_NAMES = PER_USER_METRICS + QUERY_METRICS
 
