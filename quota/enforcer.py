@@ -78,6 +78,15 @@ class PrincipalQuota:
     state evicts itself (:meth:`evict_at_ms`) once every layer has expired and
     the bucket is full again: KIP-936's "user entry ... entirely removed".
 
+    A *replayed* sighting (``replay_until``: its timestamp is before the time a
+    cold start takes over, ``streaming/replay.py``) goes through the same
+    steps, with one difference: a PID the bucket throttles is remembered all
+    the same. It was seen, so it exists; an uninterrupted run would almost
+    surely have admitted it before the replayed span began, and forgetting it
+    would make a steady producer new again when enforcement starts. The
+    bucket is charged only what it can give, and it refills completely
+    within W, which the replayed span (W + W/layer_count) covers.
+
     Example, R = 2 per W = 60 s: PIDs 1, 2, 3 at t = 0 give ADMIT, ADMIT,
     THROTTLE 30000 ms (Q = 1/30 per s). PID 1 again at t = 10 s is known.
     PID 3 again at t = 30 s is admitted; PID 1 is forgotten after t = 70 s at
@@ -121,8 +130,11 @@ class PrincipalQuota:
             self._capacity = layer_capacity(rate)
 
     # -- the contract ---------------------------------------------------------------
-    def observe(self, timestamp: int, producer_id: int, producer_epoch: int = -1) -> Decision | None:
-        """Judge one event; return its :class:`Decision`, or None if no row is due."""
+    def observe(
+        self, timestamp: int, producer_id: int, producer_epoch: int = -1, replay: bool = False
+    ) -> Decision | None:
+        """Judge one event; return its :class:`Decision`, or None if no row is due. ``replay``:
+        the sighting only rebuilds state, and a throttled PID is remembered anyway."""
         if producer_id < 0:
             return None
         now = self.now_ms = timestamp if timestamp > self.now_ms else self.now_ms
@@ -140,14 +152,21 @@ class PrincipalQuota:
             self.stats.record_admit(now)
             self.admitted_total += 1
             return Decision(producer_id, producer_epoch, timestamp, ADMIT, 0, self.bucket.tokens)
+        if replay:
+            self.filter.add(producer_id, now, capacity)
         self.stats.record_throttle(now, wait)
         self.throttled_total += 1
         return Decision(producer_id, producer_epoch, timestamp, THROTTLE, wait, self.bucket.tokens)
 
     def observe_batch(
-        self, timestamps: np.ndarray, producer_ids: np.ndarray, producer_epochs: np.ndarray
+        self,
+        timestamps: np.ndarray,
+        producer_ids: np.ndarray,
+        producer_epochs: np.ndarray,
+        replay_until: int | None = None,
     ) -> list[Decision]:
-        """Judge a batch of events of this principal, in any input order.
+        """Judge a batch of events of this principal, in any input order; sightings before
+        ``replay_until`` are replayed (see the class).
 
         Vectorized first: drop PID < 0, sort by (timestamp, producer_id, epoch)
         and fold repeated (timestamp, producer_id) sightings into one. Only the
@@ -170,8 +189,9 @@ class PrincipalQuota:
             ts, pids, epochs = ts[first], pids[first], epochs[first]
         observe = self.observe
         out = []
-        for t, p, e in zip(ts.tolist(), pids.tolist(), epochs.tolist(), strict=True):
-            d = observe(t, p, e)
+        replayed = 0 if replay_until is None else int(np.searchsorted(ts, replay_until))  # ts is sorted
+        for k, (t, p, e) in enumerate(zip(ts.tolist(), pids.tolist(), epochs.tolist(), strict=True)):
+            d = observe(t, p, e, k < replayed)
             if d is not None:
                 out.append(d)
         return out

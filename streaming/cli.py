@@ -224,7 +224,11 @@ def _run(args: argparse.Namespace, signals: _Signals, cleanup: contextlib.ExitSt
         mode=config["pidquota.mode"],
     )
     query = q.start(
-        q.enforcer(lines, config, quotas), sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"]
+        q.enforcer(lines, config, quotas, replay_until=replay_ms),
+        sink,
+        checkpoint,
+        args.once,
+        config["pidquota.trigger.interval.ms"],
     )
     error = _wait(query, duration_s, signals, _progress_observers(config, args.once, exporter))
     if error is not None:

@@ -146,7 +146,14 @@ def _judged_rows(principal: str, quota: PrincipalQuota, decisions: list, n: int,
 
 
 def _judge(
-    principal: str, sightings, states: PrincipalStates, watermark: int, rate, stale: bool, settings
+    principal: str,
+    sightings,
+    states: PrincipalStates,
+    watermark: int,
+    rate,
+    stale: bool,
+    settings,
+    replay_until: int | None = None,
 ) -> list[list]:
     """One principal's events of this batch: its decision rows and metrics row."""
     ts, pids, epochs = sightings
@@ -160,17 +167,17 @@ def _judge(
         quota.apply_rate(rate)
     else:
         quota = PrincipalQuota(rate, settings, int(ts.min()))
-    decisions = quota.observe_batch(ts, pids, epochs)
+    decisions = quota.observe_batch(ts, pids, epochs, replay_until)
     states.put(principal, quota.to_bytes(), max(quota.evict_at_ms(), watermark + 1))
     return _judged_rows(principal, quota, decisions, len(ts), ignored, stale)
 
 
 def make_state_function(
-    quotas: QuotaSource, settings: QuotaSettings
+    quotas: QuotaSource, settings: QuotaSettings, replay_until: int | None = None
 ) -> Callable[[tuple, Iterator[pd.DataFrame], object], Iterator[pd.DataFrame]]:
     """The function given to ``applyInPandasWithState``, closing over the quota
-    source and settings (both are shipped to the executors once). Its key is a
-    group of principals (``quota/states.py``), or the dead letters' group."""
+    source, the settings and the replay time (shipped to the executors once). Its
+    key is a group of principals (``quota/states.py``), or the dead letters' group."""
 
     def judge(key: tuple, pdfs: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
         (group,) = key
@@ -188,7 +195,7 @@ def make_state_function(
             for principal, sightings in unfold(pdf).items():
                 touched.add(principal)
                 rate = resolve(snapshot, principal)
-                rows += _judge(principal, sightings, states, watermark, rate, stale, settings)
+                rows += _judge(principal, sightings, states, watermark, rate, stale, settings, replay_until)
         for principal in states.due(watermark, touched):
             _on_timeout(states, principal, watermark, settings)
         if len(states):

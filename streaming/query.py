@@ -145,16 +145,23 @@ def strict(lines: DataFrame, max_principal: int) -> DataFrame:
     return inputs.mapInArrow(compact, COMPACT_SCHEMA)
 
 
-def enforcer(lines: DataFrame, config: Config, quotas: QuotaSource, screen: bool = True) -> DataFrame:
+def enforcer(
+    lines: DataFrame,
+    config: Config,
+    quotas: QuotaSource,
+    screen: bool = True,
+    replay_until: int | None = None,
+) -> DataFrame:
     """The enforcer's output rows (``OUTPUT_SCHEMA``) from a stream of lines.
-    ``screen=False`` parses every line strictly (slower, same decisions)."""
+    ``screen=False`` parses every line strictly (slower, same decisions);
+    ``replay_until``: events before it only rebuild state (``streaming/replay.py``)."""
     delay = config["pidquota.watermark.delay.ms"]
     folded = (screened if screen else strict)(lines, config["pidquota.principal.max.length"])
     folded = folded.withColumn("event_time", F.timestamp_millis("max_ts")).withWatermark(
         "event_time", f"{delay} milliseconds"
     )
     guard = F.lit(None).cast("timestamp").alias("late_guard", metadata={"spark.watermarkDelayMs": delay})
-    judge = make_state_function(quotas, QuotaSettings.from_config(config))
+    judge = make_state_function(quotas, QuotaSettings.from_config(config), replay_until)
     group = state_group(config["pidquota.state.buckets"]).alias("group")
     return (
         folded.select(group, *COMPACT_COLUMNS, guard)

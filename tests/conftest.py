@@ -63,7 +63,7 @@ def write_events(path: Path, events: list) -> Path:
 class Enforcer:
     """Runs the real query once (availableNow) on a folder, like ``run --once``."""
 
-    def __init__(self, spark, tmp: Path, quotas: dict, **settings):
+    def __init__(self, spark, tmp: Path, quotas: dict, replay_until: int | None = None, **settings):
         from quota import StaticQuotas
 
         self.spark, self.tmp = spark, tmp
@@ -73,6 +73,7 @@ class Enforcer:
         self.quotas = StaticQuotas(quotas)
         self.screen = self.config["pidquota.principal.max.length"]  # as the CLI: lines screened in the source
         self.last_progress = None
+        self.replay_until = replay_until  # as run --replay-until
 
     def run(self, events: list, name: str = "events") -> dict[str, pd.DataFrame]:
         from streaming import query as q
@@ -120,8 +121,9 @@ class Enforcer:
         from streaming import query as q
         from streaming.sink import JsonlSink
 
-        sink = JsonlSink(self.out, kafka=kafka_out)
-        query = q.start(q.enforcer(lines, self.config, self.quotas), sink, str(self.out / "_ck"), True, 0)
+        sink = JsonlSink(self.out, kafka=kafka_out, replay_until=self.replay_until)
+        output = q.enforcer(lines, self.config, self.quotas, replay_until=self.replay_until)
+        query = q.start(output, sink, str(self.out / "_ck"), True, 0)
         try:
             query.awaitTermination()
         finally:

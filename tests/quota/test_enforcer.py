@@ -195,3 +195,25 @@ def test_a_rate_below_one_pid_per_window_is_satisfiable():
     assert q.evict_at_ms() == 4 * W  # the bucket is full 2 h after its last take
     r = PrincipalQuota.from_bytes(q.to_bytes(), S)
     assert r.rate == 0.5 and verdicts(r, [(4 * W, 4)]) == [(4 * W, 4, ADMIT, 0)]
+
+
+def test_a_replay_remembers_what_it_throttles_and_the_bucket_heals_within_w():
+    """300 long-lived PIDs at R = 100 per W, each seen every minute. Replayed for W + W/4
+    before TS, every one is known at TS and the bucket is full: nothing new, no throttle.
+    Without the replay marking, 75 would still be unknown at TS."""
+    settings = QuotaSettings(window_ms=3_600_000, layer_count=4)
+    minute, span = 60_000, 3_600_000 + 900_000
+    ts = np.repeat(np.arange(0, span, minute, dtype=np.int64), 300)
+    pids = np.tile(np.arange(300, dtype=np.int64), span // minute)
+    epochs = np.zeros(len(ts), dtype=np.int64)
+    replayed = PrincipalQuota(100, settings)
+    rebuilt = replayed.observe_batch(ts, pids, epochs, replay_until=span)
+    assert sum(d.verdict == THROTTLE for d in rebuilt) > 0  # the contract's verdicts, kept for the rows
+    after = np.full(300, span, dtype=np.int64)
+    assert replayed.observe_batch(after, np.arange(300, dtype=np.int64), np.zeros(300, dtype=np.int64)) == []
+    replayed.bucket.refill(span)
+    assert replayed.bucket.tokens == 100
+    naive = PrincipalQuota(100, settings)
+    naive.observe_batch(ts, pids, epochs)
+    again = naive.observe_batch(after, np.arange(300, dtype=np.int64), np.zeros(300, dtype=np.int64))
+    assert sum(d.verdict == THROTTLE for d in again) == 75
