@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
@@ -15,6 +16,9 @@ QUOTA_KEY = "producer_ids_rate"
 # The smallest quota: one new PID per million windows. Below it a throttle time
 # (1 / R windows) no longer fits the int64 milliseconds Spark carries it in.
 MIN_RATE = 1e-6
+USER_PREFIX = "User:"
+# A principal type before the name, e.g. "Group:" or "user:": only "User:" names a user entity.
+_TYPE_PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*:")
 
 
 class QuotaSource(Protocol):
@@ -37,6 +41,39 @@ def resolve(quotas: Mapping[str, float], principal: str) -> float | None:
     if rate is None:
         rate = quotas.get(DEFAULT_ENTITY)
     return rate
+
+
+def user_entity(name: str) -> str:
+    """The user quota entity that ``name`` means, as kafka-configs.sh's ``--entity-name``.
+
+    ``<default>`` is the default entity; ``User:alice`` is itself; a bare name
+    means a user, so ``alice`` is ``User:alice``. Refused with a
+    :class:`ConfigError` naming the fix: an empty name, ``User:`` alone,
+    ``User:<default>``, and another principal type before a colon
+    (``Group:x``, ``user:x``; a user named so is written ``User:Group:x``).
+    A colon after other characters is part of the name: ``CN=a:b`` is
+    ``User:CN=a:b``.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(
+            f"user entity name {name!r} is empty; give User:NAME, a bare NAME or {DEFAULT_ENTITY}"
+        )
+    if name == DEFAULT_ENTITY:
+        return name
+    if name.startswith(USER_PREFIX):
+        user = name[len(USER_PREFIX) :]
+        if not user.strip():
+            raise ConfigError(f"user entity name {name!r} has no user after 'User:'; write e.g. User:alice")
+        if user == DEFAULT_ENTITY:
+            raise ConfigError(f"user entity name {name!r}: the default entity is written {DEFAULT_ENTITY}")
+        return name
+    prefix = _TYPE_PREFIX.match(name)
+    if prefix:
+        raise ConfigError(
+            f"user entity name {name!r} names a {prefix.group(0)[:-1]!r} principal, and quotas are per "
+            f"user; if {name!r} is the user's name, write User:{name}"
+        )
+    return USER_PREFIX + name
 
 
 def validate_rate(entity: str, value: object) -> float:
