@@ -37,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_run_parser(sub)
     _add_package_parser(sub)
     _add_recommend_parser(sub)
+    _add_report_parser(sub)
     traffic_commands.add_parsers(sub)
     store_commands.add_parsers(sub)
     return ap
@@ -150,6 +151,30 @@ def _add_package_parser(sub) -> None:
         description="Write pidquota's code as a zip, an entry script and its quiet Spark logging configuration, for spark-submit on a cluster.",
     )
     package.add_argument("--output", metavar="DIR", default="dist", help="folder to write to (%(default)s)")
+
+
+def _add_report_parser(sub) -> None:
+    report = sub.add_parser(
+        "report",
+        help="write one self-contained HTML report (plots and tables) of a run's output folder",
+        description="Read a run's output folder and write one HTML file: per-user rate against the quota, "
+        "throttles and tokens over event time, the top offenders, dead letters by reason. "
+        "Needs matplotlib: pip install 'pidquota[report]'.",
+    )
+    report.add_argument("out_dir", metavar="OUT_DIR", help="the run's output folder (its --output)")
+    report.add_argument(
+        "--html", metavar="FILE", help="where to write the report (default: OUT_DIR/report.html)"
+    )
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """``pidquota report``: the HTML report of a run's output folder, and its per-user summary."""
+    from streaming import report
+
+    path, summary = report.write_report(args.out_dir, args.html)
+    print(summary)
+    print(f"pidquota: wrote {path} ({path.stat().st_size // 1024} KiB)")
+    return 0
 
 
 def run_package(args: argparse.Namespace) -> int:
@@ -718,6 +743,7 @@ def main(argv: list[str] | None = None) -> int:
         "status": store_commands.run_status,
         "package": run_package,
         "recommend": run_recommend,
+        "report": run_report,
     }
     try:
         return handler[args.command](args)

@@ -36,6 +36,7 @@ from store.kafka import with_port
 
 MARKER = "pidquota-source.json"
 OUTPUT_CHILDREN = frozenset({"decisions", "metrics", "dead-letters", "_checkpoint"})
+REPORT_FILE = "report.html"  # where `pidquota report OUTPUT` writes by default: pidquota's too
 CHECKPOINT_EVIDENCE = ("metadata", "offsets", MARKER)
 
 
@@ -197,7 +198,7 @@ def _check_output(output: Path, ckpt: Path) -> None:
         own.add(parts[0])
         strays += _strays_on_the_way(output, parts)
     for child in sorted(output.iterdir()):
-        if _hidden_file(child):
+        if _hidden_file(child) or (child.name == REPORT_FILE and child.is_file() and not child.is_symlink()):
             continue
         if child.name not in own or child.is_symlink() or not child.is_dir():
             strays.append(_shown(child))

@@ -4,7 +4,7 @@
 # pytest's exit 5 ("no tests ran").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+python3 -m pip install --quiet --disable-pip-version-check -e '.[test,report]'
 # Tests start their own redis-server and prometheus on free ports; install what is missing.
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
