@@ -16,6 +16,7 @@ import signal
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from conf.durations import EXAMPLES, parse_duration_ms
@@ -332,12 +333,33 @@ def run(args: argparse.Namespace) -> int:
         signals.restore()
 
 
-def _run(args: argparse.Namespace, signals: _Signals, cleanup: contextlib.ExitStack) -> int:
-    demo = args.input is None
+@dataclass
+class _Plan:
+    """What ``pidquota run`` settled before Spark starts."""
+
+    config: object
+    quotas: object
+    publish: object
+    out: Path
+    checkpoint: str
+    kafka_input: str | None
+    kafka_out: dict | None
+    reads: preflight.Source
+    resumed: bool
+    replay_ms: int | None
+    exporter: object
+
+    @property
+    def demo(self) -> bool:
+        return self.reads.kind == "demo"
+
+
+def _plan(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> _Plan:
+    """Every start-up check, in the order that fails fastest; nothing here starts Spark."""
     kafka_input = args.input if args.input and args.input.startswith("kafka://") else None
     preflight.check_flags(args, kafka_input is not None)
-    duration_s = None if args.duration is None else parse_duration_ms(args.duration) / 1000
-    speed = DEMO_SPEED if args.speed is None else args.speed
+    if args.duration is not None:
+        parse_duration_ms(args.duration)
     config = load(args.config, _run_overrides(args))
     preflight.check_quotas_flag(args, config)
     quotas, publish = quota_source(config)
@@ -349,56 +371,77 @@ def _run(args: argparse.Namespace, signals: _Signals, cleanup: contextlib.ExitSt
     reads, resumed = _start_up_checks(args, config, out, checkpoint)
     config = _checkpoint_state_store(config, checkpoint)
     config, replay_ms = _replay(config, checkpoint, kafka_input is not None)
-    exporter = _exporter(config, demo)
+    exporter = _exporter(config, args.input is None)
     if exporter is not None:
         cleanup.callback(exporter.close)
+    return _Plan(
+        config, quotas, publish, out, checkpoint, kafka_input, kafka_out, reads, resumed, replay_ms, exporter
+    )
 
+
+def _run(args: argparse.Namespace, signals: _Signals, cleanup: contextlib.ExitStack) -> int:
+    plan = _plan(args, cleanup)
+    config, checkpoint = plan.config, plan.checkpoint
+    speed = DEMO_SPEED if args.speed is None else args.speed
     from streaming import query as q
     from streaming.session import spark_session
-    from streaming.sink import JsonlSink
 
     spark = spark_session(config, args.master)
     signals.install()  # again: PySpark's SparkContext put its own SIGINT handler in place
     if signals.exit_code is not None:  # stopped while Spark was starting
         return signals.exit_code
     # once Java is there: a failed start leaves no trace
-    preflight.write_marker(
-        checkpoint, reads, config["pidquota.state.buckets"], config["pidquota.state.store"], replay_ms
-    )
-    lines, on_batch = _lines(spark, args, config, kafka_input, checkpoint, speed, str(signals.flag))
-    print(_banner(args, config, checkpoint, speed, replay_ms))
-    observers = [f for f in (on_batch, exporter and exporter.observe_batch) if f]
-    sink = JsonlSink(
-        out,
-        on_batch=_each(observers),
-        kafka=kafka_out,
-        publish=publish,
-        replay_until=replay_ms,
-        mode=config["pidquota.mode"],
-    )
-    query = q.start(
-        q.enforcer(lines, config, quotas, replay_until=replay_ms),
-        sink,
-        checkpoint,
-        args.once,
-        config["pidquota.trigger.interval.ms"],
-    )
-    error = _wait(query, duration_s, signals, _progress_observers(config, args.once, exporter))
+    buckets, store = config["pidquota.state.buckets"], config["pidquota.state.store"]
+    preflight.write_marker(checkpoint, plan.reads, buckets, store, plan.replay_ms)
+    lines, on_batch = _lines(spark, args, config, plan.kafka_input, checkpoint, speed, str(signals.flag))
+    print(_banner(args, config, checkpoint, speed, plan.replay_ms))
+    sink, summary = _sink(plan, on_batch)
+    output = q.enforcer(lines, config, plan.quotas, replay_until=plan.replay_ms)
+    query = q.start(output, sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"])
+    duration_s = None if args.duration is None else parse_duration_ms(args.duration) / 1000
+    error = _wait(query, duration_s, signals, _progress_observers(config, args.once, plan.exporter))
     if error is not None:
         raise PidquotaError(f"the streaming query failed: {_first_line(error)}")
-    t = sink.totals
-    if t.batches == 0 and not demo:
+    _say_end(args, plan, sink.totals, summary)
+    return signals.exit_code or 0
+
+
+def _sink(plan: _Plan, on_batch):
+    """The sink, with every observer of its batches: the demo's table, the exporter, the summary."""
+    from streaming.report_data import RunSummary
+    from streaming.sink import JsonlSink
+
+    summary = RunSummary()
+    observers = [f for f in (on_batch, plan.exporter and plan.exporter.observe_batch) if f]
+    observers.append(lambda batch_id, frames: summary.add(frames))
+    sink = JsonlSink(
+        plan.out,
+        on_batch=_each(observers),
+        kafka=plan.kafka_out,
+        publish=plan.publish,
+        replay_until=plan.replay_ms,
+        mode=plan.config["pidquota.mode"],
+    )
+    return sink, summary
+
+
+def _say_end(args: argparse.Namespace, plan: _Plan, totals, summary) -> None:
+    """The run's last lines: who was throttled, and what was written where."""
+    if totals.batches == 0 and not plan.demo:
         print(
-            f"pidquota: nothing new since the checkpoint ({checkpoint})"
-            if resumed
+            f"pidquota: nothing new since the checkpoint ({plan.checkpoint})"
+            if plan.resumed
             else f"pidquota: read nothing from {args.input}",
             file=sys.stderr,
         )
+    if totals.batches:
+        shadow = " (SHADOW: computed, not published)" if plan.config["pidquota.mode"] == "shadow" else ""
+        print(f"pidquota: this run's users{shadow}:\n" + summary.render())
     print(
-        f"pidquota: {t.batches} batch{'es' if t.batches != 1 else ''}; wrote {t.rows['decisions']} decisions, "
-        f"{t.rows['metrics']} metric rows, {t.rows['dead-letters']} dead letters under {out}/"
+        f"pidquota: {totals.batches} batch{'es' if totals.batches != 1 else ''}; wrote "
+        f"{totals.rows['decisions']} decisions, {totals.rows['metrics']} metric rows, "
+        f"{totals.rows['dead-letters']} dead letters under {plan.out}/"
     )
-    return signals.exit_code or 0
 
 
 def _run_overrides(args: argparse.Namespace) -> dict[str, str]:
