@@ -371,6 +371,25 @@ SETTINGS: tuple[Setting, ...] = (
         max=100000,
     ),
     Setting(
+        "pidquota.output.roll.ms",
+        int,
+        3_600_000,
+        "One file per batch is ~43,000 files a day per kind at a 2 s trigger; an hour per file "
+        "is 24, and still small enough to open.",
+        "Once a kind's oldest per-batch file is this old, the files of the batches before the "
+        "current one are joined into one roll-FIRST-LAST.jsonl (0: one file per batch, kept).",
+        min=0,
+    ),
+    Setting(
+        "pidquota.output.retention.ms",
+        int,
+        7 * 24 * 3_600_000,
+        "Kafka's own retention.ms default: a week of decisions to look back on, and a disk "
+        "that does not fill.",
+        "Output files last written longer ago than this are deleted (0: keep everything).",
+        min=0,
+    ),
+    Setting(
         "pidquota.mode",
         str,
         "enforce",

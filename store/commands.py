@@ -6,7 +6,7 @@ import argparse
 
 from conf.errors import ConfigError
 from conf.loader import Config, load, parse_overrides
-from quota.resolver import DEFAULT_ENTITY, QUOTA_KEY
+from quota.resolver import DEFAULT_ENTITY, QUOTA_KEY, user_entity
 from store.client import connect_config
 from store.decisions import StatusClient
 from store.quotas import RedisQuotaStore
@@ -25,7 +25,9 @@ def add_parsers(sub) -> None:
     action.add_argument("--describe", action="store_true", help="show configs")
     cfg.add_argument("--entity-type", required=True, help="only 'users' is supported")
     who = cfg.add_mutually_exclusive_group()
-    who.add_argument("--entity-name", help="the user principal, e.g. User:alice")
+    who.add_argument(
+        "--entity-name", help="the user, as kafka-configs.sh takes it (alice) or as a principal (User:alice)"
+    )
     who.add_argument("--entity-default", action="store_true", help="the <default> user entity")
     cfg.add_argument("--add-config", metavar="K=V[,K=V]", help=f"configs to set, e.g. '{QUOTA_KEY}=50'")
     cfg.add_argument("--delete-config", metavar="K[,K]", help=f"configs to remove, e.g. {QUOTA_KEY}")
@@ -61,8 +63,12 @@ def redis_from(args: argparse.Namespace) -> tuple[object, Config]:
     return connect_config(config), config
 
 
+def _who(entity: str) -> str:
+    return "the default user-principal" if entity == DEFAULT_ENTITY else f"user-principal '{entity}'"
+
+
 def _describe_line(entity: str, configs: dict) -> str:
-    who = "the default user-principal" if entity == DEFAULT_ENTITY else f"user-principal '{entity}'"
+    who = _who(entity)
     shown = ", ".join(f"{k}={v!r}" for k, v in sorted(configs.items()))
     return f"Quota configs for {who} are {shown}"
 
@@ -85,6 +91,8 @@ def run_configs(args: argparse.Namespace) -> int:
     client, config = redis_from(args)
     store = RedisQuotaStore(client, config["pidquota.redis.prefix"])
     entity = DEFAULT_ENTITY if args.entity_default else args.entity_name
+    if entity is not None:
+        entity = user_entity(entity)  # alice and User:alice are the same user
     if args.alter:
         if entity is None:
             raise ConfigError("--alter needs --entity-name NAME or --entity-default")
@@ -92,7 +100,8 @@ def run_configs(args: argparse.Namespace) -> int:
             raise ConfigError("--alter needs --add-config or --delete-config")
         add = _pairs(args.add_config) if args.add_config else {}
         delete = [k.strip() for k in args.delete_config.split(",")] if args.delete_config else []
-        store.alter(entity, add, delete)
+        for key in store.alter(entity, add, delete):
+            print(f"({key} was not set for {_who(entity)}; nothing to delete)")
         if entity == DEFAULT_ENTITY:
             print("Completed updating default config for user-principal in the cluster.")
         else:
@@ -106,8 +115,7 @@ def run_configs(args: argparse.Namespace) -> int:
         if configs:
             print(_describe_line(e, configs))
         else:
-            who = "the default user-principal" if e == DEFAULT_ENTITY else f"user-principal '{e}'"
-            print(f"No quota configs for {who}.")
+            print(f"No quota configs for {_who(e)}.")
     return 0
 
 

@@ -37,8 +37,12 @@ class RedisQuotaStore:
 
     def alter(
         self, entity: str, add: Mapping[str, object] | None = None, delete: list[str] | None = None
-    ) -> None:
+    ) -> list[str]:
+        """Set ``add`` and remove ``delete`` for ``entity``, in one transaction. Returns the keys of
+        ``delete`` that were not set: removing them is no change (as with kafka-configs.sh, so
+        scripts that delete can be run twice)."""
         add, delete = dict(add or {}), list(delete or [])
+        missing: list[str] = []
         for key in [*add, *delete]:
             if key not in self.KNOWN:
                 raise ConfigError(f"Invalid config(s): {key}. The only user config is {QUOTA_KEY}")
@@ -48,9 +52,7 @@ class RedisQuotaStore:
 
         def change(pipe) -> None:  # runs under WATCH hkey; retried if someone else changes it
             existing = {k.decode() for k in pipe.hkeys(hkey)}
-            missing = [k for k in delete if k not in existing]
-            if missing:
-                raise ConfigError(f"Invalid config(s): {', '.join(missing)} (not set for {entity!r})")
+            missing[:] = [k for k in delete if k not in existing and k not in values]
             left = (existing | set(values)) - set(delete)
             pipe.multi()
             if values:
@@ -65,6 +67,7 @@ class RedisQuotaStore:
             pipe.set(self.keys.config_generation, secrets.token_hex(8), nx=True)
 
         self.client.transaction(change, hkey)
+        return missing
 
     def describe(self, entity: str) -> dict[str, float]:
         raw = self.client.hgetall(self.keys.user_config(entity))

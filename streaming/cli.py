@@ -30,11 +30,44 @@ from traffic import commands as traffic_commands
 
 DEMO_SPEED = 60.0
 DEMO_PROMETHEUS_PORT = 9464
+TABLE_ROWS = 20  # users in the live table of a real input (throttled first)
+
+
+DESCRIPTION = """Cluster-wide producer-ID quotas for Apache Kafka (KIP-936's producer_ids_rate),
+enforced by a Spark Structured Streaming job: only previously unseen PIDs count
+against a user's quota, so known producers keep flowing."""
+EXAMPLES_TEXT = """examples:
+  pidquota run                                        the demo: generated traffic, a live table
+  pidquota run --input events.jsonl --output out --once
+  pidquota run --input kafka://broker:9092/produce-events --prometheus-port 9464
+  pidquota configs --redis redis://localhost:6379/0 --alter --entity-type users \\
+      --entity-name alice --add-config producer_ids_rate=50
+  pidquota recommend --input events/ --what-if conf/quotas.json
+  pidquota report out
+
+'pidquota COMMAND --help' tells more; the README has the whole story."""
+
+
+def version() -> str:
+    """The installed package's version."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("pidquota")
+    except PackageNotFoundError:  # run from a source tree (or spark-submit's zip) without installing
+        return "unknown (not installed)"
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="pidquota", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="command", required=True)
+    ap = argparse.ArgumentParser(
+        prog="pidquota",
+        description=DESCRIPTION,
+        epilog=EXAMPLES_TEXT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--version", action="version", version=f"pidquota {version()}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_run_parser(sub)
     _add_package_parser(sub)
     _add_recommend_parser(sub)
@@ -393,9 +426,10 @@ def _run(args: argparse.Namespace, signals: _Signals, cleanup: contextlib.ExitSt
     # once Java is there: a failed start leaves no trace
     buckets, store = config["pidquota.state.buckets"], config["pidquota.state.store"]
     preflight.write_marker(checkpoint, plan.reads, buckets, store, plan.replay_ms)
-    lines, on_batch = _lines(spark, args, config, plan.kafka_input, checkpoint, speed, str(signals.flag))
+    lines = _lines(spark, args, config, plan.kafka_input, checkpoint, speed, str(signals.flag))
     print(_banner(args, config, checkpoint, speed, plan.replay_ms))
-    sink, summary = _sink(plan, on_batch)
+    table = _table(args, config)
+    sink, summary = _sink(plan, table and table.update)
     output = q.enforcer(lines, config, plan.quotas, replay_until=plan.replay_ms)
     query = q.start(output, sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"])
     duration_s = None if args.duration is None else parse_duration_ms(args.duration) / 1000
@@ -421,6 +455,8 @@ def _sink(plan: _Plan, on_batch):
         publish=plan.publish,
         replay_until=plan.replay_ms,
         mode=plan.config["pidquota.mode"],
+        roll_ms=plan.config["pidquota.output.roll.ms"],
+        retention_ms=plan.config["pidquota.output.retention.ms"],
     )
     return sink, summary
 
@@ -472,25 +508,35 @@ def _run_overrides(args: argparse.Namespace) -> dict[str, str]:
 def _lines(
     spark, args: argparse.Namespace, config, kafka_input: str | None, checkpoint: str, speed: float, stop: str
 ):
-    """The input as a stream of lines, and the demo's per-batch table (None otherwise)."""
+    """The input as a stream of lines."""
     from streaming import query as q
     from streaming.kafka_source import KafkaDataSource
 
     spark.dataSource.register(KafkaDataSource)  # the Kafka source, and the sink's Kafka outputs
     screen = config["pidquota.principal.max.length"]  # the sources screen their own lines
     if kafka_input:
-        return q.kafka_source(spark, KafkaUrl.parse(kafka_input), config, stop, screen), None
+        return q.kafka_source(spark, KafkaUrl.parse(kafka_input), config, stop, screen)
     if args.input is not None:
         max_files = config["pidquota.max.events.per.trigger"]
-        return q.file_source(spark, args.input, max_files, checkpoint, stop, screen), None
+        return q.file_source(spark, args.input, max_files, checkpoint, stop, screen)
     from streaming import stopping
     from streaming.demo_source import DemoDataSource
-    from streaming.table import UserTable
 
     spark.dataSource.register(DemoDataSource)
-    table = UserTable(QuotaSettings.from_config(config).window_ms)
     demo = spark.readStream.format("pidquota-demo").option("speed", speed).option(stopping.OPTION, stop)
-    return demo.load(), table.update
+    return demo.load()
+
+
+def _table(args: argparse.Namespace, config):
+    """The live per-user table of a long-running query (None with --once): every user in the
+    demo, the first TABLE_ROWS (throttled first) of a real input."""
+    if args.once:
+        return None
+    from streaming.table import UserTable
+
+    window_ms = QuotaSettings.from_config(config).window_ms
+    shadow = config["pidquota.mode"] == "shadow"
+    return UserTable(window_ms, shadow=shadow, max_rows=None if args.input is None else TABLE_ROWS)
 
 
 def _replay(config, checkpoint: str, kafka_input: bool):

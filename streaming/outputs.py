@@ -14,10 +14,13 @@ from streaming.schema import OUTPUTS
 
 
 def output_files(out: str | Path, name: str) -> list[Path]:
-    """The files of one output (``decisions``, ``metrics`` or ``dead-letters``), oldest batch first."""
+    """The files of one output (``decisions``, ``metrics`` or ``dead-letters``), oldest batch first:
+    per-batch parts and hourly rolls (``streaming/retention.py``)."""
     if name not in OUTPUTS:
         raise ValueError(f"unknown output {name!r}; one of {', '.join(OUTPUTS)}")
-    return sorted(Path(out, name).glob("part-*.jsonl"))
+    from streaming.retention import output_files as files
+
+    return files(Path(out, name))
 
 
 def read_output(out: str | Path, name: str) -> pd.DataFrame:

@@ -247,8 +247,9 @@ def _hidden_file(p: Path) -> bool:
 
 
 def _part_file(p: Path) -> bool:
-    """What the sink writes: ``part-<batch id>.jsonl``, and hidden temporary files."""
-    named = p.name.startswith("part-") and p.name.endswith(".jsonl")
+    """What the sink writes: ``part-<batch id>.jsonl``, ``roll-<first>-<last>.jsonl``, and hidden
+    temporary files."""
+    named = p.name.startswith(("part-", "roll-")) and p.name.endswith(".jsonl")
     return _hidden_file(p) or (named and p.is_file() and not p.is_symlink())
 
 

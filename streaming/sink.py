@@ -10,6 +10,7 @@ is at least once (see ``streaming/kafka_sink.py``).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store.sink import RedisPublisher
+from streaming import retention
 from streaming.schema import KIND_DEAD, KIND_METRIC, OUTPUTS
 
 _NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype(), pa.string(): pd.StringDtype()}
@@ -81,12 +83,17 @@ class JsonlSink:
         publish: RedisPublisher | None = None,
         replay_until: int | None = None,
         mode: str = "enforce",
+        roll_ms: int = 0,
+        retention_ms: int = 0,
+        clock: Callable[[], float] = time.time,
     ):
         self.out_dir = Path(out_dir)
         self.publish = publish  # e.g. fenced per-user throttle state to Redis
         self.kafka = kafka  # options of the pidquota-kafka writer, or None
         self.replay_until = replay_until
         self.mode = mode
+        self.roll_ms, self.retention_ms, self.clock = roll_ms, retention_ms, clock
+        self._kept_at: float | None = None
         for name in OUTPUTS:
             (self.out_dir / name).mkdir(parents=True, exist_ok=True)
         self.on_batch = on_batch
@@ -106,12 +113,13 @@ class JsonlSink:
         frames["metrics"]["failed_publishes"] = failed
         table = _set(table, "failed_publishes", pc.equal(table["kind"], KIND_METRIC), pa.scalar(failed))
         for name, part in frames.items():
-            target = self.out_dir / name / f"part-{batch_id:010d}.jsonl"
+            target = self.out_dir / name / retention.part_name(batch_id)
             if len(part):
                 write_jsonl(part, target)
             elif target.exists():  # a replay that now writes nothing
                 target.unlink()
             self.totals.rows[name] += len(part)
+        self._keep(batch_id)
         if self.kafka:
             self._send(
                 batch_df.sparkSession, table.filter(pc.invert(pc.fill_null(table["replay"], False))), batch_id
@@ -120,6 +128,17 @@ class JsonlSink:
             self.totals.batches += 1
         if self.on_batch is not None:
             self.on_batch(batch_id, frames)
+
+    def _keep(self, batch_id: int, every_s: float = 60.0) -> None:
+        """Roll and expire the output files (``streaming/retention.py``), at most once a minute."""
+        now = self.clock()
+        if self._kept_at is not None and now - self._kept_at < every_s:
+            return
+        self._kept_at = now
+        for name in OUTPUTS:
+            folder = self.out_dir / name
+            retention.roll(folder, batch_id, self.roll_ms, now)
+            retention.expire(folder, self.retention_ms, now)
 
     def _marked(self, table: pa.Table) -> pa.Table:
         """``mode`` and ``replay`` on the decision and metrics rows."""

@@ -206,3 +206,22 @@ def test_a_checkpoint_s_state_store_is_kept_unless_another_is_given(tmp_path, ca
     assert "the checkpoint keeps its state in pidquota.state.store=hdfs; using it" in capsys.readouterr().err
     assert main([*run, "--set", "pidquota.state.store=rocksdb"]) == 2 and used == ["hdfs"]
     assert "pidquota.state.store=hdfs, not rocksdb" in one_error_line(capsys)
+
+
+def test_the_top_level_help_says_what_pidquota_is_and_how_to_start(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0
+    assert "Cluster-wide producer-ID quotas for Apache Kafka" in out
+    for command in ("run", "recommend", "report", "configs", "status", "generate", "package"):
+        assert f"\n    {command}" in out, command
+    assert "pidquota run --input events.jsonl --output out --once" in out
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"pidquota {version('pidquota')}"

@@ -60,8 +60,11 @@ def test_pidquota_run_with_no_arguments_shows_throttling(tmp_path):
         env=os.environ,
     )
     assert r.returncode == 0, r.stderr[-2000:]
-    rows = [line.split() for line in r.stdout.splitlines() if line.startswith("User:")]
+    tables, summary = r.stdout.split("pidquota: this run's users:")
+    rows = [line.split() for line in tables.splitlines() if line.startswith("User:")]
     throttled = {row[0]: int(row[5].replace("-", "0")) for row in rows}  # the last table wins
+    assert "User:crash-loop" in summary and "User:steady-orders" not in summary  # only who was throttled
+    assert "-- batch" in tables and "rate/W: new PIDs admitted in the last window W" in tables
     assert throttled["User:crash-loop"] > 0 and throttled["User:per-batch"] > 0
     assert throttled["User:steady-orders"] == 0 and throttled["User:txn-ledger"] == 0
     assert (tmp_path / "pidquota-out" / "decisions").is_dir()
