@@ -38,7 +38,7 @@ def add_parsers(sub) -> None:
         description="Show per-user throttle state and metrics that the enforcer publishes to Redis.",
     )
     _common(st)
-    st.add_argument("principal", nargs="?", help="e.g. User:alice (default: every user with state)")
+    st.add_argument("principal", nargs="?", help="alice or User:alice (default: every user with state)")
     st.add_argument(
         "--shadow", action="store_true", help="what a run in shadow mode (run --shadow) published instead"
     )
@@ -119,11 +119,21 @@ def run_configs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status_user(name: str) -> str:
+    """The principal ``status`` shows: alice and User:alice are the same user."""
+    principal = user_entity(name)
+    if principal == DEFAULT_ENTITY:
+        raise ConfigError(
+            f"{DEFAULT_ENTITY} is a quota entity, not a user with state; give a user: alice or User:alice"
+        )
+    return principal
+
+
 def run_status(args: argparse.Namespace) -> int:
     """Each user's published state, in that user's event time (see :class:`StatusClient`)."""
     client, config = redis_from(args)
     status = StatusClient(client, config["pidquota.redis.prefix"], args.shadow)
-    principals = [args.principal] if args.principal else status.principals()
+    principals = [_status_user(args.principal)] if args.principal else status.principals()
     if not principals:
         print("No throttle state published yet.")
     for principal in principals:

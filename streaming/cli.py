@@ -22,6 +22,7 @@ from pathlib import Path
 from conf.durations import EXAMPLES, parse_duration_ms
 from conf.errors import PidquotaError
 from conf.loader import load, parse_overrides
+from conf.paths import local_path
 from quota import QuotaSettings, StaticQuotas
 from store import commands as store_commands
 from store.kafka import KafkaUrl, security_options
@@ -277,25 +278,31 @@ def _run(args: argparse.Namespace, signals: _Signals, cleanup: contextlib.ExitSt
     lines = _lines(spark, args, config, plan.kafka_input, checkpoint, speed, str(signals.flag))
     print(_banner(args, config, checkpoint, speed, plan.replay_ms))
     table = _table(args, config)
-    sink, summary = _sink(plan, table and table.update)
+    summed = args.once or args.duration is not None or plan.demo
+    sink, summary = _sink(plan, table and table.update, summed)
     output = q.enforcer(lines, config, plan.quotas, replay_until=plan.replay_ms)
     query = q.start(output, sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"])
     duration_s = None if args.duration is None else parse_duration_ms(args.duration) / 1000
     error = _wait(query, duration_s, signals, _progress_observers(config, args.once, plan.exporter))
     if error is not None:
         raise PidquotaError(f"the streaming query failed: {_first_line(error)}")
+    if table is not None:
+        table.flush()
     _say_end(args, plan, sink.totals, summary)
     return signals.exit_code or 0
 
 
-def _sink(plan: _Plan, on_batch):
-    """The sink, with every observer of its batches: the demo's table, the exporter, the summary."""
+def _sink(plan: _Plan, on_batch, summed: bool):
+    """The sink, with every observer of its batches: the table, the exporter, and if ``summed``
+    the end's summary (it keeps each user's new PIDs: only for --once, --duration and the demo,
+    not for a production run without an end)."""
     from streaming.report_data import RunSummary
     from streaming.sink import JsonlSink
 
-    summary = RunSummary()
+    summary = RunSummary() if summed else None
     observers = [f for f in (on_batch, plan.exporter and plan.exporter.observe_batch) if f]
-    observers.append(lambda batch_id, frames: summary.add(frames))
+    if summary is not None:
+        observers.append(lambda batch_id, frames: summary.add(frames))
     sink = JsonlSink(
         plan.out,
         on_batch=_each(observers),
@@ -318,9 +325,11 @@ def _say_end(args: argparse.Namespace, plan: _Plan, totals, summary) -> None:
             else f"pidquota: read nothing from {args.input}",
             file=sys.stderr,
         )
-    if totals.batches:
-        shadow = " (SHADOW: computed, not published)" if plan.config["pidquota.mode"] == "shadow" else ""
+    shadow = " (SHADOW: computed, not published)" if plan.config["pidquota.mode"] == "shadow" else ""
+    if totals.batches and summary is not None:
         print(f"pidquota: this run's users{shadow}:\n" + summary.render())
+    elif totals.batches:
+        print(f"pidquota: who was throttled{shadow}: pidquota report {args.output}")
     print(
         f"pidquota: {totals.batches} batch{'es' if totals.batches != 1 else ''}; wrote "
         f"{totals.rows['decisions']} decisions, {totals.rows['metrics']} metric rows, "
@@ -390,7 +399,6 @@ def _table(args: argparse.Namespace, config):
 def _replay(config, checkpoint: str, kafka_input: bool):
     """The config and the replay time in force (``streaming/replay.py``). A Kafka input on a new
     checkpoint starts where the replay must begin, unless --starting-offsets says otherwise."""
-    from conf.paths import local_path
     from streaming import replay
 
     if config[replay.KEY].strip() == "now" and local_path(checkpoint) is None:
@@ -398,7 +406,7 @@ def _replay(config, checkpoint: str, kafka_input: bool):
             f"--rebuild (--replay-until now) records its time in the checkpoint, and {checkpoint} is not "
             "a local folder pidquota can write to; give the time itself: --replay-until EPOCH_MS"
         )
-    progress = preflight.has_progress(Path(checkpoint))
+    progress = local_path(checkpoint) is not None and preflight.has_progress(local_path(checkpoint))
     recorded = preflight.recorded_replay(checkpoint)
     until, note = replay.replay_until(config[replay.KEY], recorded, progress, int(time.time() * 1000))
     if note:
@@ -413,8 +421,6 @@ def _replay(config, checkpoint: str, kafka_input: bool):
 def _banner(args: argparse.Namespace, config, checkpoint: str, speed: float, replay_ms=None) -> str:
     """What the run does, where it writes, and whether it resumes a checkpoint."""
     quotas = "Redis" if config["pidquota.redis.url"] else config.quotas_path()
-    from conf.paths import local_path
-
     done = preflight.last_batch(checkpoint)
     start = "new checkpoint" if done is None else f"resuming after batch {done}"
     if local_path(checkpoint) is None:
@@ -483,8 +489,10 @@ def _start_up_checks(
     if args.fresh:
         preflight.fresh(out, checkpoint)
     preflight.check_checkpoint(checkpoint, reads, out)
+    preflight.check_output_batches(checkpoint, out)
     if reads.kind != "file":
-        return reads, Path(checkpoint, "offsets").is_dir()
+        ckpt = local_path(checkpoint)
+        return reads, ckpt is not None and (ckpt / "offsets").is_dir()
     from streaming.file_source import start_up_notes
 
     notes, resumed = start_up_notes(args.input, checkpoint)

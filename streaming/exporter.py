@@ -55,44 +55,53 @@ class UserLabels:
     """Which users get their own ``user`` label: at most ``max_users``, plus every throttled user.
 
     A user's score is the new PIDs (admitted + throttled) this process has seen
-    from it. A user who is ever throttled keeps a label for good. While there
-    is room, a new user gets a label. When there is none, a folded user takes
-    the label of the weakest labelled, unthrottled user only once its score is
-    more than ``margin`` times that user's: the margin keeps two similar users
-    from swapping labels every batch, and each swap ends a series.
+    from it. A throttled user keeps its label until ``keep_ms`` of event time
+    (the window W) has passed without a throttle; then it is an ordinary
+    labelled user again. While there is room, a new user gets a label. When
+    there is none, a folded user takes the label of the weakest labelled,
+    unprotected user only once its score is more than ``margin`` times that
+    user's: the margin keeps two similar users from swapping labels every
+    batch, and each swap ends a series.
 
     Example, ``max_users=2``: batch 1 has A (10 new PIDs) and B (3): both are
     labelled. Batch 2 has C (5): 5 <= 2 x 3, so C is folded into ``_other``.
     Batch 3 has C again (total 8 > 6): C takes B's label and B is folded.
-    Batch 4 has D, throttled: D is labelled too, making 3 labels.
+    Batch 4 has D, throttled at t: D is labelled too, making 3 labels, and D
+    cannot be folded before t + W.
     """
 
-    def __init__(self, max_users: int, margin: float = 2.0):
+    def __init__(self, max_users: int, margin: float = 2.0, keep_ms: float = math.inf):
         self.max_users = max_users
         self.margin = margin
+        self.keep_ms = keep_ms
         self.score: dict[str, float] = {}
         self.labelled: set[str] = set()
-        self.protected: set[str] = set()  # ever throttled
+        self.protected: dict[str, float] = {}  # user: event time of its last throttle
 
-    def update(self, batch: Iterable[tuple[str, float, bool]]) -> tuple[list[str], list[str]]:
-        """Take one batch's ``(user, new PIDs, throttled)``; return (newly labelled, demoted)."""
+    def update(
+        self, batch: Iterable[tuple[str, float, bool]], now_ms: float = 0.0
+    ) -> tuple[list[str], list[str]]:
+        """Take one batch's ``(user, new PIDs, throttled)`` as of event time ``now_ms``; return
+        (newly labelled, demoted)."""
         added: list[str] = []
         candidates = []
         for user, new_pids, throttled in batch:
             self.score[user] = self.score.get(user, 0.0) + new_pids
-            if throttled and user not in self.protected:
-                self.protected.add(user)
+            if throttled:
                 if user not in self.labelled:
                     self.labelled.add(user)
                     added.append(user)
+                self.protected[user] = now_ms
             elif user not in self.labelled:
                 candidates.append(user)
+        for user in [u for u, t in self.protected.items() if now_ms - t > self.keep_ms]:
+            del self.protected[user]  # quiet for W: it may be folded again
         candidates.sort(key=lambda u: -self.score[u])
         demoted = self._fill(candidates, added)
         return added, demoted
 
     def _fill(self, candidates: list[str], added: list[str]) -> list[str]:
-        weakest = [(self.score[u], u) for u in self.labelled - self.protected]
+        weakest = [(self.score[u], u) for u in self.labelled - self.protected.keys()]
         heapq.heapify(weakest)
         demoted = []
         for user in candidates:
@@ -126,7 +135,8 @@ class Exporter:
     ):
         self.window_ms = window_ms
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.labels = UserLabels(max_users)
+        self.labels = UserLabels(max_users, keep_ms=window_ms)
+        self._until: dict[str, float] = {}  # labelled users throttled: until when (event time)
         self.clock = clock
         # every user's latest _SUMMED values: _other carries their sums over the folded users
         self._last = pd.DataFrame(columns=list(_SUMMED), dtype=float)
@@ -192,9 +202,9 @@ class Exporter:
                 self.dead.labels(reason).inc(int(n))
         if not len(metrics):
             return
+        self._newest_ms = max(self._newest_ms or 0, float(_numbers(metrics, "timestamp").max()))
         self._observe_users(metrics, batch_id)
         self.stale.set(1 if _flags(metrics, "quota_stale").any() else 0)
-        self._newest_ms = max(self._newest_ms or 0, float(_numbers(metrics, "timestamp").max()))
         failed = int(_numbers(metrics, "failed_publishes").max())
         if failed > self._failed:
             self.failed.inc(failed - self._failed)
@@ -204,17 +214,24 @@ class Exporter:
         users = m["principal"].astype(str).to_numpy()
         replayed = _flags(m, "replay")  # only rebuilt state (--replay-until): not counted
         admitted, throttled = _numbers(m, "admitted"), _numbers(m, "throttled")
-        throttling = self._throttling(m, batch_id)
-        flagged = (throttled > 0) | throttling
-        added, demoted = self.labels.update(zip(users, admitted + throttled, flagged, strict=True))
+        throttling, until = self._throttling(m, batch_id)
+        flagged = (throttled > 0) | (throttling & ~replayed)
+        added, demoted = self.labels.update(
+            zip(users, admitted + throttled, flagged, strict=True), self._newest_ms
+        )
         for user in demoted:  # its series end; from now on it is summed into _other
             for metric in (*self.gauges.values(), self.admitted, self.throttled):
                 _remove(metric, user)
+            self._until.pop(user, None)
         own = pd.Series(users).isin(self.labels.labelled).to_numpy()
         counted = ~replayed
         rows = own.nonzero()[0]
         for i, row in zip(rows, m.iloc[rows].to_dict("records"), strict=True):
             self._set_user(row, users[i], bool(throttling[i]), bool(counted[i]))
+            self._until.pop(users[i], None)
+            if throttling[i]:
+                self._until[users[i]] = until[i]
+        self._unthrottle_quiet(set(users))
         rest = ~own
         if rest.any():
             self.admitted.labels(OTHER).inc(int(admitted[rest & counted].sum()))
@@ -229,15 +246,26 @@ class Exporter:
         self.users.labels("labelled").set(len(self.labels.labelled))
         self.users.labels("folded").set(len(folded))
 
-    def _throttling(self, m: pd.DataFrame, batch_id: int) -> np.ndarray:
-        """Per row: is a new PID of the user throttled now (the answer ``pidquota status`` gives)?
-        Only rows with less than a token left can be, so only those are asked one by one."""
-        out = np.zeros(len(m), dtype=bool)
+    def _throttling(self, m: pd.DataFrame, batch_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: is a new PID of the user throttled now (the answer ``pidquota status`` gives),
+        and until when (event time)? Only rows with less than a token left can be, so only those
+        are asked one by one."""
+        out, until = np.zeros(len(m), dtype=bool), np.zeros(len(m))
         maybe = ((_numbers(m, "tokens", np.inf) < 1) & (_numbers(m, "quota") > 0)).to_numpy().nonzero()[0]
         for i, row in zip(maybe, m.iloc[maybe].to_dict("records"), strict=True):
             state = UserState.from_metrics(row, batch_id, self.window_ms)
             out[i] = state is not None and state.throttled
-        return out
+            until[i] = state.throttled_until_ms if out[i] else 0
+        return out, until
+
+    def _unthrottle_quiet(self, seen: set[str]) -> None:
+        """A throttled user with no events since: its throttle ends at the time the bucket said,
+        measured by the newest event time of any user (a user's own time stands still while it
+        is quiet)."""
+        for user in [u for u, t in self._until.items() if t <= self._newest_ms and u not in seen]:
+            del self._until[user]
+            if user in self.labels.labelled:
+                self.gauges["throttled_now"].labels(user).set(0)
 
     def _set_user(self, row: dict, user: str, throttling: bool, counted: bool) -> None:
         """A labelled user's gauges from its row; its counters, unless the row was replayed."""

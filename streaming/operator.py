@@ -108,8 +108,18 @@ def _untracked_metrics(principal: str, rate, ts: np.ndarray, ignored: int, stale
     )
 
 
-def _judged_rows(principal: str, quota: PrincipalQuota, decisions: list, n: int, ignored: int, stale: bool):
-    """One decision row per verdict, then the principal's metrics row."""
+def _judged_rows(
+    principal: str,
+    quota: PrincipalQuota,
+    decisions: list,
+    n: int,
+    ignored: int,
+    stale: bool,
+    replay_until=None,
+):
+    """One decision row per verdict, then the principal's metrics row. The row's ``admitted``
+    and ``throttled`` count the live decisions only: those before ``replay_until`` only rebuilt
+    state (a batch may straddle that time) and count as ``passed``."""
     m = quota.metrics()
     rows = [
         _row(
@@ -125,8 +135,9 @@ def _judged_rows(principal: str, quota: PrincipalQuota, decisions: list, n: int,
         )
         for d in decisions
     ]
-    admitted = sum(1 for d in decisions if d.verdict == ADMIT)
-    throttled = len(decisions) - admitted
+    live = decisions if replay_until is None else [d for d in decisions if d.timestamp >= replay_until]
+    admitted = sum(1 for d in live if d.verdict == ADMIT)
+    throttled = len(live) - admitted
     m["throttle_time_ms"] = round(m["throttle_time_ms"])
     rows.append(
         _row(
@@ -169,7 +180,7 @@ def _judge(
         quota = PrincipalQuota(rate, settings, int(ts.min()))
     decisions = quota.observe_batch(ts, pids, epochs, replay_until)
     states.put(principal, quota.to_bytes(), max(quota.evict_at_ms(), watermark + 1))
-    return _judged_rows(principal, quota, decisions, len(ts), ignored, stale)
+    return _judged_rows(principal, quota, decisions, len(ts), ignored, stale, replay_until)
 
 
 def make_state_function(

@@ -24,9 +24,18 @@ def output_files(out: str | Path, name: str) -> list[Path]:
 
 
 def read_output(out: str | Path, name: str) -> pd.DataFrame:
-    """One output's rows, in batch order (an empty frame when there are none)."""
-    files = output_files(out, name)
-    if not files:
-        return pd.DataFrame()
-    frames = [pd.read_json(f, lines=True, dtype=False, convert_dates=False) for f in files]
-    return pd.concat(frames, ignore_index=True)
+    """One output's rows, in batch order (an empty frame when there are none). A running job
+    may roll parts into one file while they are read: the listing is then taken again."""
+    for attempt in range(3):
+        try:
+            frames = [_read_jsonl(f) for f in output_files(out, name)]
+            break
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _read_jsonl(path: Path) -> pd.DataFrame:
+    with path.open("rb") as f:  # opened here: pandas takes a missing path for JSON text
+        return pd.read_json(f, lines=True, dtype=False, convert_dates=False)

@@ -284,6 +284,36 @@ def check_checkpoint(checkpoint: str, source: Source, output: Path) -> None:
     )
 
 
+def check_output_batches(checkpoint: str, output: Path) -> None:
+    """Refuse output files of batches the checkpoint has not planned: another checkpoint wrote
+    them, and this one's batch ids, starting again at 0, would mix with (or, once rolled, hide
+    behind) them. Not checked for a checkpoint that is not a local folder."""
+    from streaming.retention import batches_of, output_files
+    from streaming.schema import OUTPUTS
+
+    ckpt = local_path(checkpoint)
+    if ckpt is None:
+        return
+    planned = last_planned(ckpt)
+    for name in OUTPUTS:
+        ahead = [f for f in output_files(output / name) if batches_of(f)[1] > planned]
+        if ahead:
+            has = "no batch yet" if planned < 0 else f"batches up to {planned}"
+            raise ConfigError(
+                f"{output / name} holds {ahead[-1].name}, but the checkpoint {checkpoint} has {has}: "
+                f"those files were written under another checkpoint; use another --output, or --fresh "
+                f"to delete {output} (and the checkpoint) and start over"
+            )
+
+
+def last_planned(ckpt: Path) -> int:
+    """The newest batch Spark has planned (``offsets/N``), or -1."""
+    try:
+        return max((int(p.name) for p in (ckpt / "offsets").iterdir() if p.name.isdigit()), default=-1)
+    except OSError:
+        return -1
+
+
 def _mismatch(recorded: Source, current: Source) -> str | None:
     """None when ``current`` may resume ``recorded``'s checkpoint; else a hint (maybe empty)."""
     if recorded.kind != current.kind:
@@ -298,12 +328,9 @@ def _mismatch(recorded: Source, current: Source) -> str | None:
 
 
 def has_progress(ckpt: Path) -> bool:
-    """True when Spark has planned a batch: ``offsets/`` holds a batch file."""
-    offsets = ckpt / "offsets"
-    try:
-        return offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
-    except OSError:
-        return False  # unreadable: Spark will say so
+    """True when Spark has planned a batch: ``offsets/`` holds a batch file (unreadable: False,
+    and Spark will say why)."""
+    return last_planned(ckpt) >= 0
 
 
 def last_batch(checkpoint: str) -> int | None:

@@ -12,6 +12,8 @@ from conf.errors import ConfigError
 from quota import QuotaSettings
 
 KEY = "pidquota.replay.until"
+EARLIEST_MS = 946_684_800_000  # 2000-01-01: anything earlier is a unit slip (seconds), not a time
+LEEWAY_MS = 86_400_000  # a day ahead of this clock: clock skew, not a time in the future
 
 
 def replay_until(value: str, recorded: int | None, has_progress: bool, now_ms: int) -> tuple[int | None, str]:
@@ -21,7 +23,7 @@ def replay_until(value: str, recorded: int | None, has_progress: bool, now_ms: i
       exactly the events it replayed before, and no newer ones);
     * ``"now"``: ``now_ms`` on a new checkpoint; on one with progress, its recorded
       time (a restarted ``--rebuild``), or none (its state is already there);
-    * digits: that time, as given.
+    * digits: that time in ms, from 2000-01-01 to a day ahead of ``now_ms``.
     """
     text = value.strip()
     if text == "":
@@ -32,11 +34,16 @@ def replay_until(value: str, recorded: int | None, has_progress: bool, now_ms: i
         if recorded is not None:
             return recorded, f"the checkpoint was rebuilt up to {recorded} (epoch ms); keeping that"
         return None, "the checkpoint already holds state, so --rebuild has nothing to rebuild; enforcing"
-    if text.isdigit():
+    if text.isdigit() and EARLIEST_MS <= int(text) <= now_ms + LEEWAY_MS:
         return int(text), ""
+    hint = ""
+    if text.isdigit() and int(text) < EARLIEST_MS and int(text) * 1000 >= EARLIEST_MS:
+        hint = f" ({text} looks like seconds: --replay-until {int(text) * 1000})"
+    elif text.isdigit():
+        hint = " (it is not between 2000-01-01 and a day from now)"
     raise ConfigError(
-        f"{KEY} (--replay-until) must be an epoch time in ms or 'now', got {value!r}; e.g. "
-        "--replay-until 1767225600000, or --rebuild"
+        f"{KEY} (--replay-until) must be an epoch time in milliseconds or 'now', got {value!r}{hint}; "
+        "e.g. --replay-until 1767225600000, or --rebuild"
     )
 
 

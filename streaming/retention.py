@@ -63,6 +63,9 @@ def roll(folder: Path, current_batch: int, roll_ms: int, now: float) -> Path | N
     returns the new roll, or None. Parts a roll already holds are deleted first."""
     files = output_files(folder)
     rolls = [batches_of(p) for p in files if p.name.startswith("roll-")]
+    ahead = [r for r in rolls if r[1] >= current_batch]
+    if ahead:
+        raise OutputClash(folder, ahead[-1][1], current_batch)
     for stale in folder.glob("part-*.jsonl"):  # left by a crash after a roll's rename
         b = batches_of(stale)
         if b is not None and _covered(b[0], rolls):
@@ -71,14 +74,40 @@ def roll(folder: Path, current_batch: int, roll_ms: int, now: float) -> Path | N
     if not roll_ms or not parts or now - min(p.stat().st_mtime for p in parts) < roll_ms / 1000:
         return None
     target = folder / roll_name(batches_of(parts[0])[0], batches_of(parts[-1])[1])
-    tmp = folder / f".{target.name}.tmp"
-    with tmp.open("wb") as out:
-        for part in parts:
-            out.write(part.read_bytes())
-    os.replace(tmp, target)
+    _concatenate(parts, target)
     for part in parts:
         part.unlink(missing_ok=True)
     return target
+
+
+def _concatenate(parts: list[Path], target: Path) -> None:
+    """``parts`` into ``target``, on disk (fsynced) before the parts may go, with the newest
+    part's time (retention counts from it). A failure (a full disk) leaves no temporary file."""
+    tmp = target.parent / f".{target.name}.tmp"
+    newest = max(p.stat().st_mtime for p in parts)
+    try:
+        with tmp.open("wb") as out:
+            for part in parts:
+                data = part.read_bytes()
+                out.write(data if not data or data.endswith(b"\n") else data + b"\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.utime(tmp, (newest, newest))
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, target)
+
+
+class OutputClash(OSError):
+    """A roll file holds batches at or after the one running: the folder was written under
+    another checkpoint (whose batch ids started again). Nothing is rolled or deleted."""
+
+    def __init__(self, folder: Path, last: int, current: int) -> None:
+        super().__init__(
+            f"{folder} holds a roll up to batch {last} but the query is at batch {current}: it was "
+            "written under another checkpoint; stop, and use another --output or --fresh"
+        )
 
 
 def expire(folder: Path, retention_ms: int, now: float) -> list[Path]:

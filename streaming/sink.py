@@ -9,6 +9,7 @@ is at least once (see ``streaming/kafka_sink.py``).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -22,6 +23,8 @@ import pyarrow.compute as pc
 from store.sink import RedisPublisher
 from streaming import retention
 from streaming.schema import KIND_DEAD, KIND_METRIC, OUTPUTS
+
+log = logging.getLogger("pidquota.output")
 
 _NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype(), pa.string(): pd.StringDtype()}
 
@@ -137,8 +140,11 @@ class JsonlSink:
         self._kept_at = now
         for name in OUTPUTS:
             folder = self.out_dir / name
-            retention.roll(folder, batch_id, self.roll_ms, now)
-            retention.expire(folder, self.retention_ms, now)
+            try:
+                retention.roll(folder, batch_id, self.roll_ms, now)
+                retention.expire(folder, self.retention_ms, now)
+            except OSError as exc:  # a full disk, or another run's files: enforcement goes on
+                log.warning("pidquota: output files not rolled or expired (tried again in a minute): %s", exc)
 
     def _marked(self, table: pa.Table) -> pa.Table:
         """``mode`` and ``replay`` on the decision and metrics rows."""

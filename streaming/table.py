@@ -72,16 +72,22 @@ class UserTable:
         self.max_rows = max_rows  # at most this many users, throttled first (None: all)
         self._shown_at: float | None = None
         self._first_unshown: int | None = None  # the oldest batch not shown yet
+        self._last_batch = 0
 
     def update(self, batch_id: int, frames: dict) -> None:
         for row in frames["metrics"].to_dict("records"):
             self.latest[row["principal"]] = row
         if self._first_unshown is None:
             self._first_unshown = batch_id
-        due = self._shown_at is None or self.clock() - self._shown_at >= self.every_s
-        if self.latest and due:
+        self._last_batch = batch_id
+        if self._shown_at is None or self.clock() - self._shown_at >= self.every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Show the batches not shown yet (the end of a run calls this: none is left out)."""
+        if self.latest and self._first_unshown is not None:
             self._shown_at = self.clock()
-            table = self.render(batch_id, self._first_unshown)
+            table = self.render(self._last_batch, self._first_unshown)
             self._first_unshown = None
             self.out(_CLEAR + table if self.tty else "\n" + table)
 

@@ -149,6 +149,9 @@ def test_status_command_answers_in_event_time(redis_client, redis_server, capsys
         "User:v: no state published",
         "  no metrics published for this user",
     ]
+    assert cli(capsys, "status", "--redis", redis_server, "t")[1] == out.split("\nUser:u")[0]  # a bare name
+    code, _, err = cli(capsys, "status", "--redis", redis_server, "<default>")
+    assert code == 2 and "not a user" in err
 
 
 def test_live_quota_change_applies_within_a_trigger_and_status_answers(

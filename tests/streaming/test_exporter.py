@@ -214,3 +214,32 @@ def test_the_endpoint_serves_the_metrics():
     again = Exporter(W, 10)
     again.serve("127.0.0.1", port)  # closed: the port is free again (a pidquota restart)
     again.close()
+
+
+def test_a_throttled_user_is_protected_for_a_window_after_its_last_throttle():
+    labels = UserLabels(max_users=1, keep_ms=W)
+    labels.update([("T", 1, True)], now_ms=0)
+    labels.update([("big", 1000, False)], now_ms=W)  # W after T's throttle: still protected
+    assert labels.labelled == {"T", "big"}
+    labels.update([("bigger", 5000, False)], now_ms=W + 1)  # lapsed: T is the weakest, and goes
+    assert labels.labelled == {"big", "bigger"} and not labels.protected
+
+
+def test_a_quiet_throttled_users_gauge_falls_to_zero_when_its_throttle_ends():
+    ex = Exporter(W, max_users=10, clock=Clock())
+    # R = 60 per hour, 0.5 tokens at t = 1000: throttled for 30 s of event time
+    ex.observe_batch(0, frames([metric_row("User:a", 1_000, admitted=1, tokens=0.5)]))
+    assert value(scrape(ex), "pidquota_producer_ids_throttling", user="User:a") == 1
+    ex.observe_batch(1, frames([metric_row("User:b", 30_000, admitted=1)]))  # a says nothing
+    assert value(scrape(ex), "pidquota_producer_ids_throttling", user="User:a") == 1
+    ex.observe_batch(2, frames([metric_row("User:b", 31_000, admitted=1)]))
+    assert value(scrape(ex), "pidquota_producer_ids_throttling", user="User:a") == 0
+
+
+def test_a_replayed_row_neither_counts_nor_protects():
+    ex = Exporter(W, max_users=1, clock=Clock())
+    ex.observe_batch(0, frames([metric_row("User:big", 1_000, admitted=50)]))
+    replayed = metric_row("User:old", 1_000, admitted=0, throttled=0, tokens=0.2, replay=True)
+    ex.observe_batch(1, frames([replayed]))
+    assert "User:old" not in ex.labels.protected
+    assert value(scrape(ex), "pidquota_producer_ids_throttled_total", user="User:old") is None

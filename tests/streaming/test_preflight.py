@@ -380,3 +380,59 @@ def test_a_checkpoint_keeps_its_state_store(tmp_path):
     preflight.write_marker(str(ckpt), Source.of(None), 64)  # before the setting: Spark's default store
     assert preflight.check_state_layout(str(ckpt), 64, "rocksdb", False) == "hdfs"
     assert preflight.check_state_layout(str(tmp_path / "new"), 64, "rocksdb", False) == "rocksdb"
+
+
+# output files and the checkpoint they belong to --------------------------------------------------
+
+
+def sink_files(out: Path, batches: list[int], roll: tuple[int, int] | None = None) -> None:
+    from streaming.retention import part_name, roll_name
+
+    folder = out / "decisions"
+    folder.mkdir(parents=True, exist_ok=True)
+    for b in batches:
+        (folder / part_name(b)).write_text("{}\n")
+    if roll:
+        (folder / roll_name(*roll)).write_text("{}\n")
+
+
+def test_output_of_another_checkpoint_is_refused_on_a_new_one(tmp_path):
+    sink_files(tmp_path / "out", [7, 8], roll=(0, 6))
+    with pytest.raises(ConfigError) as err:
+        preflight.check_output_batches(str(tmp_path / "new-ckpt"), tmp_path / "out")
+    msg = str(err.value)
+    assert "part-0000000008.jsonl" in msg and "no batch yet" in msg and "--fresh" in msg and "--output" in msg
+
+
+def test_output_beyond_the_checkpoint_is_refused_and_its_own_batches_are_not(tmp_path):
+    out, ckpt = tmp_path / "out", checkpoint(tmp_path / "ckpt", FILE_OFFSETS, batch=8)
+    sink_files(out, [7, 8], roll=(0, 6))  # batch 8 planned, its part written, not yet committed
+    preflight.check_output_batches(str(ckpt), out)
+    preflight.check_output_batches(f"file://{ckpt}", out)
+    sink_files(out, [9])
+    with pytest.raises(ConfigError, match="batches up to 8"):
+        preflight.check_output_batches(f"file://{ckpt}", out)
+    preflight.check_output_batches("s3a://bucket/ckpt", out)  # not looked into
+    preflight.check_output_batches(str(tmp_path / "empty-ckpt"), tmp_path / "no-output")
+
+
+def test_has_progress_reads_offsets(tmp_path):
+    assert not preflight.has_progress(tmp_path / "missing")
+    assert not preflight.has_progress(checkpoint(tmp_path / "a"))
+    assert preflight.has_progress(checkpoint(tmp_path / "b", FILE_OFFSETS, batch=3))
+    assert preflight.last_planned(tmp_path / "b") == 3
+
+
+def test_pidquota_run_refuses_another_checkpoints_output_and_fresh_clears_it(tmp_path, capsys, no_spark):
+    from streaming.cli import main
+
+    events = tmp_path / "e.jsonl"
+    events.write_text("{}\n")
+    sink_files(tmp_path / "out", [3], roll=(0, 2))  # no _checkpoint: it was deleted, or kept elsewhere
+    run = ["run", "--input", str(events), "--output", str(tmp_path / "out"), "--once"]
+    assert main(run) == 2
+    err = capsys.readouterr().err
+    assert "roll-0000000000-0000000002.jsonl" not in err and "part-0000000003.jsonl" in err
+    assert "another checkpoint" in err and (tmp_path / "out" / "decisions").is_dir()
+    assert main([*run, "--fresh"]) != 0 and "Spark would start here" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "decisions").exists()

@@ -35,6 +35,21 @@ def test_a_bad_replay_time_names_the_key():
         replay_until("yesterday", None, False, NOW)
 
 
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("1767225600", "looks like seconds: --replay-until 1767225600000"),
+        ("5", "not between 2000-01-01 and a day from now"),
+        (str(NOW + 2 * 86_400_000), "not between 2000-01-01 and a day from now"),
+        ("99999999999999999999999", "not between"),
+    ],
+)
+def test_a_replay_time_out_of_range_is_refused_with_the_likely_slip(value, says):
+    with pytest.raises(ConfigError, match="milliseconds") as err:
+        replay_until(value, None, False, NOW)
+    assert says in str(err.value)
+
+
 def test_the_replay_starts_w_plus_w_over_layers_before():
     assert (
         replay_start_ms(12 * 3_600_000, QuotaSettings(window_ms=3_600_000, layer_count=4))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from streaming import retention
 from streaming.outputs import read_output
 from streaming.preflight import _part_file
@@ -82,3 +84,55 @@ def test_a_rolled_folder_is_still_pidquota_output(tmp_path):
     write_parts(folder, [0, 1, 2])
     rolled = retention.roll(folder, 2, HOUR, NOW)
     assert _part_file(rolled) and _part_file(folder / "part-0000000002.jsonl")
+
+
+def test_a_roll_reaching_the_current_batch_stops_rolling_and_deletes_nothing(tmp_path):
+    folder = tmp_path / "decisions"
+    write_parts(folder, [0, 1, 2, 3])
+    retention.roll(folder, 3, HOUR, NOW)
+    write_parts(folder, [0])  # a new checkpoint writing into the same folder
+    before = sorted(p.name for p in folder.iterdir())
+    with pytest.raises(retention.OutputClash, match="another checkpoint"):
+        retention.roll(folder, 0, HOUR, NOW)
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_a_roll_keeps_the_newest_parts_time_and_a_failed_one_leaves_the_parts(tmp_path, monkeypatch):
+    folder = tmp_path / "decisions"
+    write_parts(folder, [0, 1, 2])
+    newest = (folder / retention.part_name(1)).stat().st_mtime
+    rolled = retention.roll(folder, 2, HOUR, NOW)
+    assert rolled.stat().st_mtime == newest  # retention counts from the newest row
+    write_parts(folder, [3, 4])
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(retention.os, "fsync", full)
+    with pytest.raises(OSError, match="No space"):
+        retention.roll(folder, 4, HOUR, NOW)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [rolled.name, "part-0000000002.jsonl"]
+        + [retention.part_name(b) for b in (3,)]
+        + ["part-0000000004.jsonl"]
+    )
+
+
+def test_a_reader_lists_again_when_a_roll_moves_the_files(tmp_path, monkeypatch):
+    from streaming import outputs
+
+    folder = tmp_path / "decisions"
+    write_parts(folder, [0, 1, 2])
+    expected = rows(tmp_path)
+    real = outputs.output_files
+    calls = []
+
+    def listing_then_roll(out, name):
+        files = real(out, name)
+        if not calls:
+            retention.roll(folder, 2, HOUR, NOW)  # between the listing and the reads
+        calls.append(files)
+        return files
+
+    monkeypatch.setattr(outputs, "output_files", listing_then_roll)
+    assert rows(tmp_path) == expected and len(calls) >= 2

@@ -82,7 +82,10 @@ def test_piped_every_batch_is_shown_or_named():
         table.update(batch, {"metrics": pd.DataFrame([row("User:a", 5.0)]).assign(batch_id=batch)})
     headers = [p.strip().splitlines()[0] for p in printed]
     assert headers[0].startswith("-- batch 1,") and headers[1].startswith("-- batches 2-4,")
-    assert not printed[0].startswith("\x1b")
+    assert not printed[0].startswith("\x1b") and len(printed) == 2  # batch 5 waits for the next table
+    table.flush()  # the run ends: the last batch is shown, once
+    table.flush()
+    assert [p.strip().splitlines()[0][:11] for p in printed[2:]] == ["-- batch 5,"]
 
 
 def test_shadow_says_so():
