@@ -113,8 +113,8 @@ def _add_run_parser(sub) -> None:
     run.add_argument(
         "--duration",
         metavar="DURATION",
-        help="stop after this long (wall time, from when the query starts; with --once, whichever "
-        f"ends first): {EXAMPLES}",
+        help="stop after this long (wall time, from the first micro-batch's end, so start-up does "
+        f"not count; with --once, whichever ends first): {EXAMPLES}",
     )
     run.add_argument(
         "--speed", type=float, help=f"demo only: event time per wall time (default {DEMO_SPEED:g})"
@@ -629,20 +629,26 @@ def _wait(
     query, duration: float | None, signals: _Signals, on_progress: list | None = None
 ) -> BaseException | None:
     """Wait for the end, ``duration`` or a signal, showing ``on_progress`` Spark's progress
-    reports; stop the query; return its error."""
+    reports; stop the query; return its error.
+
+    ``duration`` counts from Spark's first progress report (the first micro-batch's end, or
+    its first trigger with nothing to read): on a cluster, start-up (executors, their Python
+    workers, the state store) can take longer than a short duration, and a clock started
+    with the query would stop it before any event was decided."""
     from pyspark.errors import StreamingQueryException
 
-    deadline = None if duration is None else time.monotonic() + duration
+    deadline = None
     try:
         while query.isActive and signals.signum is None:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 break
             query.awaitTermination(max(0.01, min(left, 1.0)) if left is not None else 1.0)
-            if on_progress:
-                progress = query.lastProgress
-                for observe in on_progress:
-                    observe(progress)
+            progress = query.lastProgress
+            if duration is not None and deadline is None and progress is not None:
+                deadline = time.monotonic() + duration
+            for observe in on_progress or ():
+                observe(progress)
     except StreamingQueryException as exc:
         return exc
     finally:

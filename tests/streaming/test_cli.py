@@ -1,12 +1,13 @@
 """The CLI's promises: one-line errors and exit codes, and the --once round trip."""
 
 import json
+import time
 
 import pytest
 from conftest import run_cli
 
 from conf.errors import PidquotaError
-from streaming.cli import _first_line, main
+from streaming.cli import _first_line, _Signals, _wait, main
 
 
 @pytest.fixture(autouse=True)
@@ -183,6 +184,42 @@ def test_a_flag_that_cannot_apply_is_refused_with_a_reason(tmp_path, capsys, no_
 def test_run_takes_the_generate_duration_syntax(tmp_path, capsys, no_spark, duration):
     assert main(["run", "--output", str(tmp_path / "out"), "--duration", duration]) == 2
     assert one_error_line(capsys) == "Spark would start here"
+
+
+class _SlowStart:
+    """A query whose first progress report comes ``warm`` seconds after it starts, as on a
+    cluster whose executors take a while to come up."""
+
+    def __init__(self, warm: float) -> None:
+        self.began, self.warm, self.stopped_at = time.monotonic(), warm, None
+        self.status = {"isTriggerActive": False}
+
+    @property
+    def isActive(self) -> bool:  # noqa: N802 (Spark's name)
+        return self.stopped_at is None
+
+    @property
+    def lastProgress(self):  # noqa: N802
+        return {"batchId": 0} if time.monotonic() - self.began >= self.warm else None
+
+    def awaitTermination(self, timeout: float) -> None:  # noqa: N802
+        time.sleep(timeout)
+
+    def stop(self) -> None:
+        self.stopped_at = time.monotonic() - self.began
+
+    def exception(self):
+        return None
+
+
+def test_the_duration_counts_from_the_first_progress_report():
+    """``--duration 25s`` on a cluster whose first batch took 24 s once ended with 0 batches."""
+    query, signals = _SlowStart(warm=1.5), _Signals()
+    try:
+        assert _wait(query, 0.5, signals) is None
+    finally:
+        signals.restore()
+    assert 2.0 <= query.stopped_at < 4.0  # not at 0.5 s, the query's own start plus 0.5
 
 
 def test_a_checkpoint_s_state_store_is_kept_unless_another_is_given(tmp_path, capsys, monkeypatch):
