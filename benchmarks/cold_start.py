@@ -33,9 +33,9 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from streaming.outputs import read_output  # noqa: E402
-from traffic.generator import TrafficGenerator  # noqa: E402
-from traffic.mixes import validate_mix  # noqa: E402
+from pidquota.streaming.outputs.reader import read_output  # noqa: E402
+from pidquota.traffic.generator import TrafficGenerator  # noqa: E402
+from pidquota.traffic.mixes import validate_mix  # noqa: E402
 
 W = 3_600_000
 SPAN = W + W // 4
@@ -57,7 +57,7 @@ def run(folder: Path, name: str, events: Path, quotas: Path, *extra: str) -> tup
         [
             sys.executable,
             "-m",
-            "streaming.cli",
+            "pidquota",
             "run",
             "--input",
             str(events),

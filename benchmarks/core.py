@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from quota import PrincipalQuota, QuotaSettings  # noqa: E402
+from pidquota.quota import PrincipalQuota, QuotaSettings  # noqa: E402
 
 S = QuotaSettings()
 MIN = 60_000

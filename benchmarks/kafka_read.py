@@ -23,9 +23,9 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.tansu import start_tansu  # noqa: E402
-from conf.loader import load  # noqa: E402
-from quota import StaticQuotas  # noqa: E402
-from traffic.generator import TrafficGenerator  # noqa: E402
+from pidquota.conf.loader import load  # noqa: E402
+from pidquota.quota import StaticQuotas  # noqa: E402
+from pidquota.traffic.generator import TrafficGenerator  # noqa: E402
 
 
 def main() -> None:
@@ -35,11 +35,11 @@ def main() -> None:
     from kafka import KafkaAdminClient, KafkaProducer
     from kafka.admin import NewTopic
 
-    from store.kafka import KafkaUrl
-    from streaming import query as q
-    from streaming.kafka_source import KafkaDataSource
-    from streaming.session import spark_session
-    from streaming.sink import JsonlSink
+    from pidquota.store.kafka import KafkaUrl
+    from pidquota.streaming import query as q
+    from pidquota.streaming.outputs.sink import JsonlSink
+    from pidquota.streaming.session import spark_session
+    from pidquota.streaming.sources.kafka.source import KafkaDataSource
 
     broker, bootstrap = start_tansu()
     work = Path(tempfile.mkdtemp(prefix="pidquota-kbench-"))

@@ -33,16 +33,16 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.streaming import write_input  # noqa: E402
-from conf.loader import load  # noqa: E402
-from quota import StaticQuotas  # noqa: E402
+from pidquota.conf.loader import load  # noqa: E402
+from pidquota.quota import StaticQuotas  # noqa: E402
 
 TICK_S = 0.25
 
 
 def max_rate(spark, config, quotas, work: Path) -> float:
     """Events/s of the enforcer with its real sink on 500k realistic events."""
-    from streaming import query as q
-    from streaming.sink import JsonlSink
+    from pidquota.streaming import query as q
+    from pidquota.streaming.outputs.sink import JsonlSink
 
     limit = config["pidquota.principal.max.length"]
     for name, n, files in (("warm", 20_000, 2), ("max", 500_000, 5)):  # the first query warms the workers
@@ -87,7 +87,7 @@ class TimedSink:
     """The JSON-lines sink, noting when each micro-batch's rows are written."""
 
     def __init__(self, out: Path):
-        from streaming.sink import JsonlSink
+        from pidquota.streaming.outputs.sink import JsonlSink
 
         self.inner, self.done = JsonlSink(out), {}
 
@@ -97,7 +97,7 @@ class TimedSink:
 
 
 def paced(spark, config, quotas, work: Path, rate: float, seconds: float, trigger_ms: int) -> pd.DataFrame:
-    from streaming import query as q
+    from pidquota.streaming import query as q
 
     folder, out, flag = work / "paced-in", work / "paced-out", work / "stop.flag"
     folder.mkdir()
@@ -129,7 +129,7 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=0, help="the sustained maximum (default: measure it)")
     ap.add_argument("--trigger-ms", type=int, default=0, help="default: pidquota.trigger.interval.ms")
     args = ap.parse_args()
-    from streaming.session import spark_session
+    from pidquota.streaming.session import spark_session
 
     config = load()
     trigger_ms = args.trigger_ms or config["pidquota.trigger.interval.ms"]

@@ -113,11 +113,11 @@ def per_batch_files(state: Path) -> tuple[dict[int, int], int]:
 
 def one_run(store: str, principals: int, batches: int) -> dict:
     """The enforcer on a fresh input, in this process: the numbers of one table row."""
-    from conf.loader import load
-    from quota import StaticQuotas
-    from streaming import query as q
-    from streaming.session import spark_session
-    from streaming.sink import JsonlSink
+    from pidquota.conf.loader import load
+    from pidquota.quota import StaticQuotas
+    from pidquota.streaming import query as q
+    from pidquota.streaming.outputs.sink import JsonlSink
+    from pidquota.streaming.session import spark_session
 
     work = Path(tempfile.mkdtemp(prefix=f"pidquota-state-{store}-"))
     try:
@@ -184,7 +184,7 @@ def print_table(rows: list[dict]) -> None:
 
 def quota_costs() -> None:
     """One principal's state blob by quota, its filter full (R PIDs over the window)."""
-    from quota import PrincipalQuota, QuotaSettings
+    from pidquota.quota import PrincipalQuota, QuotaSettings
 
     settings = QuotaSettings()
     print("\n| producer_ids_rate | state blob | write (to_bytes) | read (from_bytes) |")

@@ -39,8 +39,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from conf.loader import Config, load  # noqa: E402
-from quota import StaticQuotas  # noqa: E402
+from pidquota.conf.loader import Config, load  # noqa: E402
+from pidquota.quota import StaticQuotas  # noqa: E402
 
 EVENT_SCHEMA = "timestamp long, principal string, producer_id long, producer_epoch int"
 
@@ -84,7 +84,7 @@ def native(lines, config):
 
 def stages(config, quotas):
     """name -> (frame builder from lines, uses the real sink, the source screens its lines)."""
-    from streaming import query as q
+    from pidquota.streaming import query as q
 
     max_principal = config["pidquota.principal.max.length"]
     before = Config({**config.values, "pidquota.state.buckets": 0}, config.origins)
@@ -99,8 +99,8 @@ def stages(config, quotas):
 
 
 def run_stage(spark, config, name: str, stage: tuple, folder: Path, work: Path) -> dict:
-    from streaming import query as q
-    from streaming.sink import JsonlSink
+    from pidquota.streaming import query as q
+    from pidquota.streaming.outputs.sink import JsonlSink
 
     build, real_sink, screened = stage
     out = work / f"{folder.name}-{name.replace(', ', '-')}"
@@ -157,7 +157,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--files", type=int, default=10, help="files = micro-batches (maxFilesPerTrigger 1)")
     args = ap.parse_args()
-    from streaming.session import spark_session
+    from pidquota.streaming.session import spark_session
 
     config = load()  # PIDQUOTA_* environment variables apply, e.g. PIDQUOTA_SPARK_SHUFFLE_PARTITIONS=2
     quotas = StaticQuotas({"<default>": 100})

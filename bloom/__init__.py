@@ -1,7 +1,7 @@
 """Layered, timestamped Bloom filters (KIP-936's caching layer). Pure Python, clock-free."""
 
-from bloom.layer import TimestampedBloomFilter
-from bloom.layered import MAX_BASE_CAPACITY, MIN_LAYER_CAPACITY, LayeredBloomFilter, layer_capacity
+from pidquota.bloom.layer import TimestampedBloomFilter
+from pidquota.bloom.layered import MAX_BASE_CAPACITY, MIN_LAYER_CAPACITY, LayeredBloomFilter, layer_capacity
 
 __all__ = [
     "MAX_BASE_CAPACITY",

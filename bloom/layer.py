@@ -8,7 +8,7 @@ import struct
 import bitarray
 from pybloom_live import BloomFilter
 
-from conf.errors import CorruptStateError
+from pidquota.conf.errors import CorruptStateError
 
 # created_ms, last_insert_ms, capacity, count, num_slices, bits_per_slice, error_rate
 _HEADER = struct.Struct("<qqQQIQd")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import struct
 
-from bloom.layer import TimestampedBloomFilter
-from conf.errors import CorruptStateError
+from pidquota.bloom.layer import TimestampedBloomFilter
+from pidquota.conf.errors import CorruptStateError
 
 MAGIC = b"LBF"
 VERSION = 1

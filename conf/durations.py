@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from conf.errors import ConfigError
+from pidquota.conf.errors import ConfigError
 
 _DURATION = re.compile(r"^(?P<sign>[-+]?)(?P<num>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>[A-Za-z]*)$")
 _UNIT_MS = {"": 1000, "ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

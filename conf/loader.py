@@ -1,6 +1,6 @@
 """Read settings from the ``.properties`` file, the environment and overrides.
 
-Precedence, lowest first: defaults (``conf.settings``), the properties file,
+Precedence, lowest first: defaults (``pidquota.conf.settings``), the properties file,
 ``PIDQUOTA_*`` environment variables, ``--set key=value`` overrides. Every
 value is checked here, at start-up; an unknown key, a wrong type or an
 out-of-range value raises :class:`ConfigError` naming the key.
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conf.errors import ConfigError, InputError
-from conf.settings import BY_NAME, SETTINGS, Setting
+from pidquota.conf.errors import ConfigError, InputError
+from pidquota.conf.settings import BY_NAME, SETTINGS, Setting
 
 
 def _conf_dir() -> Path:
@@ -33,7 +33,7 @@ def _conf_dir() -> Path:
 
     out = Path(tempfile.mkdtemp(prefix="pidquota-conf-"))
     atexit.register(shutil.rmtree, out, ignore_errors=True)
-    for item in files("conf").iterdir():
+    for item in files(__package__).iterdir():
         if item.name.endswith((".properties", ".json")):
             (out / item.name).write_bytes(item.read_bytes())
     return out
@@ -198,7 +198,7 @@ def load(
 def render_properties() -> str:
     """The shipped ``pidquota.properties``: every key, its default, why, and what it does."""
     lines = [
-        "# pidquota settings. Generated from conf/settings.py (python -m conf.loader > "
+        "# pidquota settings. Generated from conf/settings.py (python -m pidquota.conf.loader > "
         "conf/pidquota.properties);",
         "# every key is listed with its default. Override with PIDQUOTA_<KEY> environment",
         "# variables (the key without 'pidquota.', dots as underscores, upper case, e.g.",

@@ -1,7 +1,7 @@
 """Every pidquota setting, defined once: name, type, default and why, doc, range.
 
 KIP-936's dotted names are used where the KIP has one; pidquota's own
-settings live under ``pidquota.``. ``conf.loader`` reads and validates them;
+settings live under ``pidquota.``. ``pidquota.conf.loader`` reads and validates them;
 nothing else parses settings.
 """
 

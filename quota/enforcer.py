@@ -8,10 +8,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from bloom.layered import LayeredBloomFilter, layer_capacity
-from conf.errors import CorruptStateError
-from quota.bucket import TokenBucket
-from quota.samples import SampledStats
+from pidquota.bloom.layered import LayeredBloomFilter, layer_capacity
+from pidquota.conf.errors import CorruptStateError
+from pidquota.quota.bucket import TokenBucket
+from pidquota.quota.samples import SampledStats
 
 ADMIT = "ADMIT"
 THROTTLE = "THROTTLE"
@@ -38,7 +38,7 @@ class QuotaSettings:
 
     @classmethod
     def from_config(cls, config) -> QuotaSettings:
-        """The KIP-936 keys of a validated :class:`conf.loader.Config`."""
+        """The KIP-936 keys of a validated :class:`pidquota.conf.loader.Config`."""
         return cls(
             window_ms=config["producer.id.quota.window.size.seconds"] * 1000,
             window_num=config["producer.id.quota.window.num"],

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from conf.errors import ConfigError, InputError
+from pidquota.conf.errors import ConfigError, InputError
 
 DEFAULT_ENTITY = "<default>"
 QUOTA_KEY = "producer_ids_rate"

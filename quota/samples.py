@@ -25,7 +25,7 @@ class SampledStats:
     give, at 02:00, rate = 60 / max(110 min, 60 min) * 60 min = 32.7 per hour.
 
     Samples are kept with the state. A restart with another ``window.size``
-    drops them (:meth:`quota.enforcer.PrincipalQuota.from_bytes`): an hour's
+    drops them (:meth:`pidquota.quota.enforcer.PrincipalQuota.from_bytes`): an hour's
     sample cannot be split into minutes, and read as a minute's it would
     report 60 times the truth. A changed ``window.num`` just keeps the newest.
     """

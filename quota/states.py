@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import struct
 
-from conf.errors import CorruptStateError
+from pidquota.conf.errors import CorruptStateError
 
 MAGIC, VERSION = b"PQS", 1
 _HEAD = struct.Struct("<3sBI")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from conf.errors import PidquotaError
+from pidquota.conf.errors import PidquotaError
 
 RETRIES = 1  # see connect()
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from store.keys import Keys
-from store.state import UserState
+from pidquota.quota.user_state import UserState
+from pidquota.store.keys import Keys
 
 # At most this many users per script call. A Lua script runs atomically:
 # while it runs, Redis answers nobody else (brokers asking for a user's
@@ -64,7 +64,7 @@ class WriteResult:
 
 
 class DecisionStore:
-    """The writer side, used by :class:`store.sink.RedisPublisher`; KIP-447 fencing per query.
+    """The writer side, used by :class:`pidquota.store.sink.RedisPublisher`; KIP-447 fencing per query.
 
     Each run of a query calls :meth:`begin` once and gets a new generation
     (the fence's ``generation`` + 1, like a producer epoch bumped by

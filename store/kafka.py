@@ -8,7 +8,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from conf.errors import ConfigError, PidquotaError
+from pidquota.conf.errors import ConfigError, PidquotaError
 
 # pidquota option key -> kafka-python keyword. The same keys are Spark data
 # source options; Spark redacts option values whose key says "password".
@@ -177,7 +177,7 @@ def producer(options: dict, **extra):
 def fetch_client(options: dict, **extra):
     """kafka-python's connection layer (``KafkaNetClient``: metadata, connections,
     requests), bootstrapped, for the Kafka source's own Fetch requests
-    (``streaming/kafka_fetch.py``); the same ``kafka.*`` options as the producer."""
+    (``streaming/sources/kafka/fetch.py``); the same ``kafka.*`` options as the producer."""
     from kafka.net.compat import KafkaNetClient
 
     def bootstrapped(**kwargs):

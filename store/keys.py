@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from urllib.parse import quote, unquote
 
-from conf.errors import ConfigError
-from quota.resolver import DEFAULT_ENTITY
+from pidquota.conf.errors import ConfigError
+from pidquota.quota.resolver import DEFAULT_ENTITY
 
 DEFAULT_PREFIX = "pidquota"
 

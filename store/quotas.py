@@ -7,9 +7,9 @@ import secrets
 import time
 from collections.abc import Mapping
 
-from conf.errors import ConfigError
-from quota.resolver import QUOTA_KEY, validate_rate
-from store.keys import Keys, desanitize
+from pidquota.conf.errors import ConfigError
+from pidquota.quota.resolver import QUOTA_KEY, validate_rate
+from pidquota.store.keys import Keys, desanitize
 
 log = logging.getLogger("pidquota.quotas")
 
@@ -160,7 +160,7 @@ class RedisQuotas:
 
     def _connect(self) -> RedisQuotaStore:
         if self._store is None:
-            from store.client import connect
+            from pidquota.store.client import connect
 
             self._store = RedisQuotaStore(connect(self.url, timeout_s=0.5, **self.auth), self.prefix)
         return self._store

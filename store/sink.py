@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import logging
 
-from conf.errors import PidquotaError
-from quota.resolver import QuotaSource, resolve
-from store.decisions import FENCED, DecisionStore, WriteResult
-from store.state import UserState
+from pidquota.conf.errors import PidquotaError
+from pidquota.quota.resolver import QuotaSource, resolve
+from pidquota.quota.user_state import UserState
+from pidquota.store.decisions import FENCED, DecisionStore, WriteResult
 
 log = logging.getLogger("pidquota.redis")
 
 
 class RedisPublisher:
-    """``publish(batch_id, frames)`` for :class:`streaming.sink.JsonlSink`.
+    """``publish(batch_id, frames)`` for :class:`pidquota.streaming.outputs.sink.JsonlSink`.
 
     Each batch publishes, per user in its metrics rows, one hash in that
-    user's event time (:class:`store.state.UserState`), in one fenced write
+    user's event time (:class:`pidquota.quota.user_state.UserState`), in one fenced write
     (:class:`DecisionStore`). The fence is per query: ``query_id`` is Spark's
     ``StreamingQuery.id``, which the checkpoint keeps across restarts (the sink
     binds it from the first batch, so the checkpoint may be on any filesystem);

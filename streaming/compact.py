@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streaming.schema import DEAD_PRINCIPAL
+from pidquota.streaming.columns import DEAD_PRINCIPAL
 
 COMPACT_SCHEMA = (
     "principal string, producer_id long, timestamps array<long>, epochs array<int>, dead string, max_ts long"

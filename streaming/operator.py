@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from quota import ADMIT, PrincipalQuota, QuotaSettings, QuotaSource, resolve
-from quota.states import PrincipalStates
-from streaming.schema import DEAD_PRINCIPAL, KIND_DEAD, KIND_DECISION, KIND_METRIC, OUTPUT_COLUMNS
+from pidquota.quota import ADMIT, PrincipalQuota, QuotaSettings, QuotaSource, resolve
+from pidquota.quota.states import PrincipalStates
+from pidquota.streaming.columns import DEAD_PRINCIPAL, KIND_DEAD, KIND_DECISION, KIND_METRIC
+from pidquota.streaming.schema import OUTPUT_COLUMNS
 
 # PySpark's worker pads each group's output with all-NA rows and concatenates
 # (pyspark/worker.py), which makes pandas 2.x warn on every batch. It is not

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from streaming.schema import EVENT_FIELDS, KIND_DEAD, KIND_EVENT
+from pidquota.streaming.columns import KIND_DEAD, KIND_EVENT
+from pidquota.streaming.schema import EVENT_FIELDS
 
 _INTEGER_TYPES = r"^(TINYINT|SMALLINT|INT|BIGINT)$"
 _WHOLE_DECIMAL = r"^DECIMAL\([0-9]+,0\)$"  # an integer too large for int64

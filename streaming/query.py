@@ -10,24 +10,19 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming.state import GroupStateTimeout
 
-from conf.errors import ConfigError
-from conf.loader import Config
-from conf.paths import local_path
-from quota import QuotaSettings, QuotaSource
-from store.kafka import security_options
-from streaming import stopping
-from streaming.compact import COMPACT_SCHEMA, compact
-from streaming.operator import make_state_function
-from streaming.parse import parse_events
-from streaming.schema import (
-    DEAD_PRINCIPAL,
-    KIND_DEAD,
-    KIND_EVENT,
-    OUTPUT_SCHEMA,
-    STATE_SCHEMA,
-)
-from streaming.screen import FOLDED, Screen
-from streaming.screen import OPTION as SCREEN_OPTION
+from pidquota.conf.errors import ConfigError
+from pidquota.conf.loader import Config
+from pidquota.conf.paths import local_path
+from pidquota.quota import QuotaSettings, QuotaSource
+from pidquota.store.kafka import security_options
+from pidquota.streaming import stopping
+from pidquota.streaming.columns import DEAD_PRINCIPAL, KIND_DEAD, KIND_EVENT
+from pidquota.streaming.compact import COMPACT_SCHEMA, compact
+from pidquota.streaming.operator import make_state_function
+from pidquota.streaming.parse import parse_events
+from pidquota.streaming.schema import OUTPUT_SCHEMA, STATE_SCHEMA
+from pidquota.streaming.screen import FOLDED, Screen
+from pidquota.streaming.screen import OPTION as SCREEN_OPTION
 
 COMPACT_COLUMNS = ("principal", "producer_id", "timestamps", "epochs", "dead")
 
@@ -43,10 +38,11 @@ def file_source(
     spark, path: str, max_files: int, checkpoint: str, stop_flag: str = "", screen: int = 0
 ) -> DataFrame:
     """A JSON-lines file, or a folder of them, as a stream of ``value`` lines
-    (``streaming/file_source.py``: a fixed order, and every file named is read).
+    (``streaming/sources/files.py``: a fixed order, and every file named is read).
     ``screen`` (the principal length limit) makes the source screen its lines
     itself (``streaming/screen.py``), for :func:`enforcer`."""
-    from streaming.file_source import LEDGER, FilesDataSource, check_input
+    from pidquota.streaming.sources.files import FilesDataSource
+    from pidquota.streaming.sources.listing import LEDGER, check_input
 
     check_input(path)
     p = Path(path)

@@ -8,8 +8,8 @@ that span before the moment it takes over, and enforces from there.
 
 from __future__ import annotations
 
-from conf.errors import ConfigError
-from quota import QuotaSettings
+from pidquota.conf.errors import ConfigError
+from pidquota.quota import QuotaSettings
 
 KEY = "pidquota.replay.until"
 EARLIEST_MS = 946_684_800_000  # 2000-01-01: anything earlier is a unit slip (seconds), not a time

@@ -50,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from streaming.schema import EVENT_FIELDS
+from pidquota.streaming.schema import EVENT_FIELDS
 
 # Longer records go to the strict parse. Within 1000 bytes there is no room for what
 # Spark's JSON parser refuses by length and Arrow's accepts: a number of 1000 digits, a

@@ -32,8 +32,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from conf.errors import ConfigError, PidquotaError
-from conf.loader import CONF_DIR, Config
+from pidquota.conf.errors import ConfigError, PidquotaError
+from pidquota.conf.loader import CONF_DIR, Config
 
 MASTER_CONNECT_S = 5.0  # a standalone master answers at once, or not at all
 LOG4J2 = CONF_DIR / "log4j2.properties"
@@ -98,7 +98,7 @@ def spark_session(config: Config, master: str | None = None):
         spark.conf.set(key, value)
     _own_logging(spark.sparkContext._jvm)
     spark.sparkContext.setLogLevel(level)
-    from streaming import ship
+    from pidquota.streaming import ship
 
     if not chosen.startswith("local") or ship.shipped():
         ship_code(spark.sparkContext)
@@ -269,7 +269,7 @@ def ship_code(sc) -> None:
     the session's Python includes from then on."""
     from pyspark import SparkFiles
 
-    from streaming import ship
+    from pidquota.streaming import ship
 
     if ship.shipped() is None:
         folder = Path(tempfile.mkdtemp(prefix="pidquota-ship-"))

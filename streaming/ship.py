@@ -21,8 +21,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-# The packages of pyproject.toml's [tool.setuptools] (a test keeps the two equal).
-PACKAGES = ("bloom", "quota", "streaming", "conf", "traffic", "store")
+# pidquota's top-level subpackages: pyproject.toml's package-dir maps each to a folder of
+# the repository (a test keeps the two equal). The zip puts them all under pidquota/.
+ROOT_PACKAGE = "pidquota"
+SUBPACKAGES = ("conf", "bloom", "quota", "store", "traffic", "streaming", "observe", "recommend", "cli")
 SHIPPED_SUFFIXES = (".py", ".properties", ".json")  # code, and pyproject.toml's package-data
 ZIP_NAME = "pidquota.zip"
 MAIN_NAME = "pidquota_main.py"
@@ -32,7 +34,7 @@ pidquota_main.py run ...`` takes the same arguments as the ``pidquota`` command.
 
 import sys
 
-from streaming.cli import main
+from pidquota.cli.main import main
 
 sys.exit(main())
 '''
@@ -41,7 +43,7 @@ sys.exit(main())
 def shipped() -> Path | None:
     """The zip pidquota itself is imported from (``--py-files``), which Spark sends to the
     executors; None when it is imported from files."""
-    here = Path(importlib.import_module("streaming").__file__)
+    here = Path(importlib.import_module(ROOT_PACKAGE).__file__)
     return next((folder for folder in here.parents if folder.suffix == ".zip"), None)
 
 
@@ -55,11 +57,12 @@ def write_zip(path: Path) -> Path:
     os.close(fd)
     tmp = Path(name)
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        for package in PACKAGES:
+        for package in (ROOT_PACKAGE, *(f"{ROOT_PACKAGE}.{sub}" for sub in SUBPACKAGES)):
             root = Path(importlib.import_module(package).__file__).parent
-            for file in sorted(root.rglob("*")):
+            files = root.glob("*") if package == ROOT_PACKAGE else root.rglob("*")
+            for file in sorted(files):
                 if file.is_file() and "__pycache__" not in file.parts and file.suffix in SHIPPED_SUFFIXES:
-                    name = f"{package}/{file.relative_to(root).as_posix()}"
+                    name = f"{package.replace('.', '/')}/{file.relative_to(root).as_posix()}"
                     info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
                     info.compress_type = zipfile.ZIP_DEFLATED
                     zf.writestr(info, file.read_bytes())
@@ -71,7 +74,7 @@ def write_zip(path: Path) -> Path:
 def package(folder: Path) -> tuple[Path, Path, Path]:
     """``FOLDER/pidquota.zip``, ``FOLDER/pidquota_main.py`` and ``FOLDER/log4j2.properties``
     (pidquota's quiet Spark logging, for ``--driver-java-options``), for ``spark-submit``."""
-    from conf.loader import CONF_DIR
+    from pidquota.conf.loader import CONF_DIR
 
     zipped = write_zip(folder / ZIP_NAME)
     main = folder / MAIN_NAME

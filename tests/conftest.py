@@ -12,13 +12,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conf.loader import load
-from streaming.outputs import read_output  # noqa: F401 (tests import it from here)
+from pidquota.conf.loader import load
+from pidquota.streaming.outputs.reader import read_output  # noqa: F401 (tests import it from here)
 
 
 @pytest.fixture(scope="session")
 def spark():
-    from streaming.session import spark_session
+    from pidquota.streaming.session import spark_session
 
     session = spark_session(load(overrides={"pidquota.spark.shuffle.partitions": "2"}, environ={}))
     yield session
@@ -28,21 +28,21 @@ def spark():
 @pytest.fixture
 def no_spark(monkeypatch):
     """A ``pidquota run`` that gets past its start-up checks stops where Spark would start."""
-    from conf.errors import PidquotaError
+    from pidquota.conf.errors import PidquotaError
 
     def refuse(config, master=None):
         raise PidquotaError("Spark would start here")
 
-    monkeypatch.setattr("streaming.session.spark_session", refuse)
+    monkeypatch.setattr("pidquota.streaming.session.spark_session", refuse)
 
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None):
-    """``python -m streaming.cli ARGS`` in a subprocess (its own JVM), output captured."""
+    """``python -m pidquota ARGS`` in a subprocess (its own JVM), output captured."""
     import subprocess
     import sys
 
     return subprocess.run(
-        [sys.executable, "-m", "streaming.cli", *args],
+        [sys.executable, "-m", "pidquota", *args],
         capture_output=True,
         text=True,
         timeout=600,
@@ -64,7 +64,7 @@ class Enforcer:
     """Runs the real query once (availableNow) on a folder, like ``run --once``."""
 
     def __init__(self, spark, tmp: Path, quotas: dict, replay_until: int | None = None, **settings):
-        from quota import StaticQuotas
+        from pidquota.quota import StaticQuotas
 
         self.spark, self.tmp = spark, tmp
         self.input, self.out = tmp / "in", tmp / "out"
@@ -76,7 +76,7 @@ class Enforcer:
         self.replay_until = replay_until  # as run --replay-until
 
     def run(self, events: list, name: str = "events") -> dict[str, pd.DataFrame]:
-        from streaming import query as q
+        from pidquota.streaming import query as q
 
         n = len(list(self.input.glob("*.jsonl")))
         write_events(self.input / f"{n:03d}-{name}.jsonl", events)
@@ -86,7 +86,7 @@ class Enforcer:
 
     def run_batches(self, batches: list[list], name: str = "events") -> dict[str, pd.DataFrame]:
         """Write each list of events as a file and run once, one file per micro-batch."""
-        from streaming import query as q
+        from pidquota.streaming import query as q
 
         n = len(list(self.input.glob("*.jsonl")))
         for k, events in enumerate(batches):
@@ -97,7 +97,7 @@ class Enforcer:
 
     def run_lines(self, lines: list, name: str = "lines") -> dict[str, pd.DataFrame]:
         """Write raw records (str or bytes, one per line) as they are, and run on the folder."""
-        from streaming import query as q
+        from pidquota.streaming import query as q
 
         n = len(list(self.input.glob("*.jsonl")))
         data = [x if isinstance(x, bytes) else x.encode("utf-8") for x in lines]
@@ -108,9 +108,9 @@ class Enforcer:
 
     def run_kafka(self, url: str, kafka_out: dict | None = None) -> dict[str, pd.DataFrame]:
         """Everything available in a Kafka topic, like ``run --input kafka://... --once``."""
-        from store.kafka import KafkaUrl
-        from streaming import query as q
-        from streaming.kafka_source import KafkaDataSource
+        from pidquota.store.kafka import KafkaUrl
+        from pidquota.streaming import query as q
+        from pidquota.streaming.sources.kafka.source import KafkaDataSource
 
         self.spark.dataSource.register(KafkaDataSource)
         return self._run(
@@ -118,8 +118,8 @@ class Enforcer:
         )
 
     def _run(self, lines, kafka_out: dict | None = None) -> dict[str, pd.DataFrame]:
-        from streaming import query as q
-        from streaming.sink import JsonlSink
+        from pidquota.streaming import query as q
+        from pidquota.streaming.outputs.sink import JsonlSink
 
         sink = JsonlSink(self.out, kafka=kafka_out, replay_until=self.replay_until)
         output = q.enforcer(lines, self.config, self.quotas, replay_until=self.replay_until)

@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "docker" / "grafana" / "dashboards" / "pidquota.json"
 
-# The exporter's metrics (streaming/exporter.py); test_grafana checks this list against it.
+# The exporter's metrics (observe/exporter.py); test_grafana checks this list against it.
 PER_USER_METRICS = (
     "pidquota_producer_ids_rate",
     "pidquota_producer_ids_tokens",

@@ -29,7 +29,7 @@ elif args[:1] == ["-m"] and len(args) > 1:
     runpy.run_module(args[1], run_name="__main__", alter_sys=True)
 else:
     try:
-        import streaming  # noqa: F401
+        import pidquota.streaming  # noqa: F401
     except ModuleNotFoundError:
         sys.exit(0)
-    sys.exit(f"pidquota is importable: {streaming.__file__}")
+    sys.exit(f"pidquota is importable: {pidquota.streaming.__file__}")

@@ -3,15 +3,16 @@
 import re
 from pathlib import Path
 
-from conf.settings import SETTINGS
-from streaming.schema import DEAD_LETTER_COLUMNS, DECISION_COLUMNS, EVENT_FIELDS, METRIC_COLUMNS
+from pidquota.conf.settings import SETTINGS
+from pidquota.streaming.columns import DEAD_LETTER_COLUMNS, DECISION_COLUMNS, METRIC_COLUMNS
+from pidquota.streaming.schema import EVENT_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 
 def test_settings_table_is_the_generated_one():
-    from conf.loader import render_markdown
+    from pidquota.conf.loader import render_markdown
 
     block = README.split("<!-- settings:start")[1].split("-->", 1)[1].split("<!-- settings:end -->")[0]
     assert block.lstrip("\n") == render_markdown()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from traffic.cluster import Cluster, InvalidProducerEpochError
+from pidquota.traffic.cluster import Cluster, InvalidProducerEpochError
 
 FOREVER = 2**62
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
-from conf.errors import PidquotaError
+from pidquota.conf.errors import PidquotaError
 
 BLOCK_SIZE = 1000  # KIP-730: "blocks of 1000"
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from conf.errors import PidquotaError
-from quota.bucket import TokenBucket
-from traffic.blocks import BLOCK_SIZE, BlockStore, ProducerIdBlock
+from pidquota.conf.errors import PidquotaError
+from pidquota.quota.bucket import TokenBucket
+from pidquota.traffic.blocks import BLOCK_SIZE, BlockStore, ProducerIdBlock
 
 MAX_EPOCH = 32_767
 

@@ -6,11 +6,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from conf.errors import ConfigError
-from traffic.behaviours import BEHAVIOURS, WELL_BEHAVED, Behaviour
-from traffic.blocks import BlockStore, MemoryBlockStore
-from traffic.cluster import Cluster, Controller
-from traffic.mixes import load_mix, well_behaved_period_ms
+from pidquota.conf.errors import ConfigError
+from pidquota.traffic.behaviours import BEHAVIOURS, WELL_BEHAVED, Behaviour
+from pidquota.traffic.blocks import BlockStore, MemoryBlockStore
+from pidquota.traffic.cluster import Cluster, Controller
+from pidquota.traffic.mixes import load_mix, well_behaved_period_ms
 
 STEP_MS = 1_000  # the simulation's grid: output depends on seed and parameters only
 DEFAULT_START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

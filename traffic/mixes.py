@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conf.errors import ConfigError, InputError
-from traffic.behaviours import BEHAVIOURS, WELL_BEHAVED
+from pidquota.conf.errors import ConfigError, InputError
+from pidquota.traffic.behaviours import BEHAVIOURS, WELL_BEHAVED
 
 # Per behaviour: every parameter it takes, with its default. ``period_ms`` of
 # well-behaved producers is derived from --rate unless a mix sets it.

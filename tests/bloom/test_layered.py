@@ -1,7 +1,7 @@
 import pytest
 
-from bloom import MIN_LAYER_CAPACITY, LayeredBloomFilter, TimestampedBloomFilter, layer_capacity
-from conf.errors import CorruptStateError
+from pidquota.bloom import MIN_LAYER_CAPACITY, LayeredBloomFilter, TimestampedBloomFilter, layer_capacity
+from pidquota.conf.errors import CorruptStateError
 
 W = 3_600_000  # 1 h
 SPAN = W // 4

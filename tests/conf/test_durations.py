@@ -2,8 +2,8 @@
 
 import pytest
 
-from conf.durations import parse_duration_ms
-from conf.errors import ConfigError
+from pidquota.conf.durations import parse_duration_ms
+from pidquota.conf.errors import ConfigError
 
 
 @pytest.mark.parametrize(

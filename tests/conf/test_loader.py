@@ -1,15 +1,15 @@
 import pytest
 
-from conf.errors import ConfigError, InputError
-from conf.loader import (
+from pidquota.conf.errors import ConfigError, InputError
+from pidquota.conf.loader import (
     DEFAULT_PROPERTIES,
     load,
     parse_overrides,
     parse_properties,
     render_properties,
 )
-from conf.settings import SETTINGS
-from quota import QuotaSettings
+from pidquota.conf.settings import SETTINGS
+from pidquota.quota import QuotaSettings
 
 
 def test_defaults_load_and_build_quota_settings():
@@ -24,7 +24,7 @@ def test_shipped_properties_file_is_generated_from_the_registry():
 
 
 def test_every_setting_has_doc_reason_and_a_valid_default():
-    from conf.loader import coerce
+    from pidquota.conf.loader import coerce
 
     for s in SETTINGS:
         assert s.doc and s.reason, s.name

@@ -21,12 +21,12 @@ import pytest
 import tomllib
 import yaml
 
-from conf.errors import PidquotaError
-from conf.loader import load
-from conf.settings import SETTINGS
-from quota.resolver import QUOTA_KEY
-from store.kafka import KafkaUrl
-from streaming.cli import _parser, _run_overrides
+from pidquota.cli.main import _parser, _run_overrides
+from pidquota.conf.errors import PidquotaError
+from pidquota.conf.loader import load
+from pidquota.conf.settings import SETTINGS
+from pidquota.quota.resolver import QUOTA_KEY
+from pidquota.store.kafka import KafkaUrl
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker" / "compose.yaml"

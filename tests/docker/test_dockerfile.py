@@ -31,8 +31,8 @@ def instructions():
 
 def test_copies_every_package_and_the_files_pip_needs():
     copied = {src for op, args in instructions() if op == "COPY" for src in args.split()[:-1]}
-    for package in PYPROJECT["tool"]["setuptools"]["packages"]:
-        assert package in copied, package
+    for package, folder in PYPROJECT["tool"]["setuptools"]["package-dir"].items():
+        assert folder in copied, (package, folder)
     assert {"pyproject.toml", "README.md"} <= copied
     for path in copied:
         assert (ROOT / path).exists(), path
@@ -99,7 +99,7 @@ def test_jdk_check_refuses_a_floating_base_and_a_jdk_the_release_lacks():
 
 def test_every_packaged_conf_file_is_installed():
     """COPY conf copies the folder whole; pip installs only what package-data names."""
-    patterns = PYPROJECT["tool"]["setuptools"]["package-data"]["conf"] + ["*.py"]
+    patterns = PYPROJECT["tool"]["setuptools"]["package-data"]["pidquota.conf"] + ["*.py"]
     for path in (ROOT / "conf").iterdir():
         if path.is_file() and not path.name.startswith("."):
             assert any(fnmatch.fnmatch(path.name, p) for p in patterns), (path.name, patterns)

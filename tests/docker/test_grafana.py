@@ -46,7 +46,7 @@ from test_compose import (
     run_config,
 )
 
-from conf.errors import PidquotaError
+from pidquota.conf.errors import PidquotaError
 
 DOCKER = COMPOSE_FILE.parent
 DATASOURCES = DOCKER / "grafana" / "provisioning" / "datasources" / "prometheus.yaml"
@@ -669,7 +669,7 @@ def test_the_spec_names_each_metric_once():
 
 
 def test_the_metric_list_is_the_exporters():
-    from streaming.exporter import Exporter
+    from pidquota.observe.exporter import Exporter
 
     exported = {
         family.name + ("_total" if family.type == "counter" else "")

@@ -1,6 +1,6 @@
 import pytest
 
-from quota import TokenBucket
+from pidquota.quota import TokenBucket
 
 W = 3_600_000
 

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from conf.errors import CorruptStateError
-from quota import ADMIT, THROTTLE, PrincipalQuota, QuotaSettings
+from pidquota.conf.errors import CorruptStateError
+from pidquota.quota import ADMIT, THROTTLE, PrincipalQuota, QuotaSettings
 
 MIN = 60_000
 S = QuotaSettings(window_ms=60 * MIN)  # W = 1 h, 4 layers

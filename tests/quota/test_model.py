@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from quota import ADMIT, PrincipalQuota, QuotaSettings, TokenBucket
+from pidquota.quota import ADMIT, PrincipalQuota, QuotaSettings, TokenBucket
 
 MIN = 60_000
 S = QuotaSettings(window_ms=60 * MIN)

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from conf.errors import ConfigError, InputError
-from quota import DEFAULT_ENTITY, QuotaSource, StaticQuotas, parse_quotas, resolve
-from quota.resolver import validate_rate
+from pidquota.conf.errors import ConfigError, InputError
+from pidquota.quota import DEFAULT_ENTITY, QuotaSource, StaticQuotas, parse_quotas, resolve
+from pidquota.quota.resolver import validate_rate
 
 
 def test_override_then_default_then_unlimited():
@@ -94,7 +94,7 @@ def test_static_quotas_are_never_stale():
 
 
 def test_a_quota_too_small_to_express_a_throttle_time_is_refused():
-    from quota.resolver import MIN_RATE, validate_rate
+    from pidquota.quota.resolver import MIN_RATE, validate_rate
 
     assert validate_rate("User:a", MIN_RATE) == MIN_RATE
     with pytest.raises(ConfigError, match=r"'User:a' is 1e-20, below the smallest quota 1e-06"):

@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from conf.errors import CorruptStateError
-from quota import ADMIT, THROTTLE, PrincipalQuota, QuotaSettings
-from quota.enforcer import _HEADER, _HEADER_V1
+from pidquota.conf.errors import CorruptStateError
+from pidquota.quota import ADMIT, THROTTLE, PrincipalQuota, QuotaSettings
+from pidquota.quota.enforcer import _HEADER, _HEADER_V1
 
 S = 1000
 MIN = 60 * S

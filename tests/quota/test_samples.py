@@ -1,6 +1,6 @@
 import pytest
 
-from quota import SampledStats
+from pidquota.quota import SampledStats
 
 H = 3_600_000
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from conf.errors import CorruptStateError
-from quota.states import PrincipalStates
+from pidquota.conf.errors import CorruptStateError
+from pidquota.quota.states import PrincipalStates
 
 
 def test_round_trip_keeps_every_principal_timer_and_blob():

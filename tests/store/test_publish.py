@@ -13,14 +13,14 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from conf.errors import ConfigError
-from quota import PrincipalQuota, QuotaSettings
-from store.client import connect
-from store.decisions import FENCED, MAX_USERS_PER_CALL, OK, DecisionStore, StatusClient
-from store.keys import Keys
-from store.quotas import RedisQuotaStore
-from store.sink import RedisPublisher
-from store.state import UserState
+from pidquota.conf.errors import ConfigError
+from pidquota.quota import PrincipalQuota, QuotaSettings
+from pidquota.quota.user_state import UserState
+from pidquota.store.client import connect
+from pidquota.store.decisions import FENCED, MAX_USERS_PER_CALL, OK, DecisionStore, StatusClient
+from pidquota.store.keys import Keys
+from pidquota.store.quotas import RedisQuotaStore
+from pidquota.store.sink import RedisPublisher
 
 W = 3_600_000
 SETTINGS = QuotaSettings(window_ms=W)
@@ -304,7 +304,7 @@ def test_an_outage_never_stops_publishing_and_catches_up_with_the_newest_state(t
 
 
 def test_an_unbound_publisher_is_an_error_not_an_outage(redis_client):
-    from conf.errors import PidquotaError
+    from pidquota.conf.errors import PidquotaError
 
     pub = RedisPublisher(DecisionStore(redis_client), Quotas({}), W)
     with pytest.raises(PidquotaError, match="not bound to a streaming query"):

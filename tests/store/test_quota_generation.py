@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from store.quotas import RedisQuotas, RedisQuotaStore
+from pidquota.store.quotas import RedisQuotas, RedisQuotaStore
 
 
 class Clock:

@@ -2,10 +2,10 @@
 
 import pytest
 
-from conf.errors import ConfigError
-from store.client import RedisUnavailable, connect, redacted
-from store.keys import Keys, desanitize, sanitize
-from store.quotas import RedisQuotas, RedisQuotaStore
+from pidquota.conf.errors import ConfigError
+from pidquota.store.client import RedisUnavailable, connect, redacted
+from pidquota.store.keys import Keys, desanitize, sanitize
+from pidquota.store.quotas import RedisQuotas, RedisQuotaStore
 
 HOSTILE = [
     "User:alice",

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from quota import PrincipalQuota, QuotaSettings
+from pidquota.quota import PrincipalQuota, QuotaSettings
 
 MIN = 60_000
 

@@ -51,7 +51,7 @@ def _command(inp: Path, out: Path, redis_url: str, prefix: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "streaming.cli",
+        "pidquota",
         "run",
         "--input",
         str(inp),
@@ -113,7 +113,7 @@ def _frames(out: Path) -> dict[str, pd.DataFrame]:
 def test_kill_9_and_ctrl_c_mid_run_then_restart_equals_an_uninterrupted_run(tmp_path, redis_server):
     import redis
 
-    from store.quotas import RedisQuotaStore
+    from pidquota.store.quotas import RedisQuotaStore
 
     client = redis.Redis.from_url(redis_server)
     client.flushdb()
@@ -163,7 +163,7 @@ def test_kill_9_and_ctrl_c_mid_run_then_restart_equals_an_uninterrupted_run(tmp_
 
 @pytest.mark.parametrize("name", ["_under.jsonl", "ev[1].jsonl", ".hidden.jsonl"])
 def test_a_named_file_is_read_whatever_its_name(name, make_enforcer, tmp_path):
-    from streaming import query as q
+    from pidquota.streaming import query as q
 
     path = tmp_path / name
     path.write_text(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from quota import ADMIT, THROTTLE, PrincipalQuota, QuotaSettings
-from streaming.operator import _INDEX, _judged_rows
-from streaming.schema import KIND_METRIC
+from pidquota.quota import ADMIT, THROTTLE, PrincipalQuota, QuotaSettings
+from pidquota.streaming.columns import KIND_METRIC
+from pidquota.streaming.operator import _INDEX, _judged_rows
 
 
 def test_a_batch_straddling_the_replay_end_counts_only_its_live_verdicts():

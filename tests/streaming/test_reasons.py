@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming import parse
-from streaming.reasons import REASON_CLASSES, reason_class
+from pidquota.streaming import parse
+from pidquota.streaming.reasons import REASON_CLASSES, reason_class
 
 
 def _text(node: ast.expr) -> str:

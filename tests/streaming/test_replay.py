@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traffic.generator import TrafficGenerator
-from traffic.mixes import validate_mix
+from pidquota.traffic.generator import TrafficGenerator
+from pidquota.traffic.mixes import validate_mix
 
 W = 3_600_000
 SPAN = W + W // 4  # 4 layers

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from conf.errors import ConfigError, PidquotaError
-from quota import QuotaSettings
-from streaming.cli import main
-from streaming.preflight import Source, recorded_replay, write_marker
-from streaming.replay import replay_start_ms, replay_until
+from pidquota.cli.main import main
+from pidquota.cli.preflight import Source, recorded_replay, write_marker
+from pidquota.conf.errors import ConfigError, PidquotaError
+from pidquota.quota import QuotaSettings
+from pidquota.streaming.replay import replay_start_ms, replay_until
 
 NOW = 1_767_225_600_000
 
@@ -75,7 +75,7 @@ def started(monkeypatch):
         seen.append(config)
         raise PidquotaError("Spark would start here")
 
-    monkeypatch.setattr("streaming.session.spark_session", refuse)
+    monkeypatch.setattr("pidquota.streaming.session.spark_session", refuse)
     return seen
 
 

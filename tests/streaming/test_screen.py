@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from streaming.screen import LEAF_ROWS, Screen
+from pidquota.streaming.screen import LEAF_ROWS, Screen
 
 LINES = pa.schema([("value", pa.binary()), ("source_file", pa.string())])
 KAFKA = pa.schema([("value", pa.binary()), ("kafka_topic", pa.string()), ("kafka_timestamp", pa.int64())])
@@ -129,7 +129,7 @@ def _rows(spark, frame):
 
 
 def _compare(spark, lines_df):
-    from streaming.query import screened, strict
+    from pidquota.streaming.query import screened, strict
 
     fast_events, fast_dead = _rows(spark, screened(lines_df, 256))
     slow_events, slow_dead = _rows(spark, strict(lines_df, 256))

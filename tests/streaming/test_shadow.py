@@ -11,12 +11,12 @@ T0 = 1_767_225_600_000
 
 
 def run(spark, tmp, client, events, mode="enforce", replay_until=None):
-    from conf.loader import load
-    from quota import QuotaSettings, StaticQuotas
-    from store.decisions import DecisionStore
-    from store.sink import RedisPublisher
-    from streaming import query as q
-    from streaming.sink import JsonlSink
+    from pidquota.conf.loader import load
+    from pidquota.quota import QuotaSettings, StaticQuotas
+    from pidquota.store.decisions import DecisionStore
+    from pidquota.store.sink import RedisPublisher
+    from pidquota.streaming import query as q
+    from pidquota.streaming.outputs.sink import JsonlSink
 
     config = load(environ={}, overrides={"pidquota.spark.shuffle.partitions": "2"})
     quotas = StaticQuotas({PRINCIPAL: 3})
@@ -39,7 +39,7 @@ def burst(t, first_pid, n=5):
 
 
 def test_shadow_publishes_only_under_its_own_keys(spark, tmp_path, redis_client):
-    from store.decisions import StatusClient
+    from pidquota.store.decisions import StatusClient
 
     out = run(spark, tmp_path, redis_client, [burst(T0, 0)], mode="shadow")
     assert list(out["decisions"].verdict) == ["ADMIT"] * 3 + ["THROTTLE"] * 2
@@ -51,7 +51,7 @@ def test_shadow_publishes_only_under_its_own_keys(spark, tmp_path, redis_client)
 
 
 def test_replayed_rows_are_written_but_never_published(spark, tmp_path, redis_client):
-    from store.decisions import StatusClient
+    from pidquota.store.decisions import StatusClient
 
     takeover = T0 + 60_000
     out = run(spark, tmp_path, redis_client, [burst(T0, 0)], replay_until=takeover)

@@ -11,15 +11,16 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from conf.errors import ConfigError, PidquotaError
-from streaming import session, ship
+from pidquota.conf.errors import ConfigError, PidquotaError
+from pidquota.streaming import session, ship
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_zip_holds_every_package_of_the_project_and_its_data():
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert set(ship.PACKAGES) == set(setuptools["packages"])
+    mapped = {ship.ROOT_PACKAGE, *(f"{ship.ROOT_PACKAGE}.{sub}" for sub in ship.SUBPACKAGES)}
+    assert mapped == set(setuptools["package-dir"])
     data = {
         pattern.removeprefix("*") for patterns in setuptools["package-data"].values() for pattern in patterns
     }
@@ -32,9 +33,11 @@ def test_the_zip_is_the_code_without_caches_and_the_same_bytes_each_time(tmp_pat
     assert a.read_bytes() == b.read_bytes()
     names = zipfile.ZipFile(a).namelist()
     assert (
-        "streaming/cli.py" in names
-        and "conf/pidquota.properties" in names
-        and "conf/log4j2.properties" in names
+        "pidquota/__init__.py" in names
+        and "pidquota/cli/main.py" in names
+        and "pidquota/streaming/sources/kafka/fetch.py" in names
+        and "pidquota/conf/pidquota.properties" in names
+        and "pidquota/conf/log4j2.properties" in names
     )
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     (ROOT / "conf" / ".notes.swp").write_text("an editor's file")
@@ -42,14 +45,15 @@ def test_the_zip_is_the_code_without_caches_and_the_same_bytes_each_time(tmp_pat
         assert ".notes.swp" not in str(zipfile.ZipFile(ship.write_zip(tmp_path / "c.zip")).namelist())
     finally:
         (ROOT / "conf" / ".notes.swp").unlink()
-    assert {n.split("/")[0] for n in names} == set(ship.PACKAGES)
+    assert {n.split("/")[0] for n in names} == {"pidquota"}  # one import root, nothing else
+    assert {n.split("/")[1] for n in names if n.count("/") > 1} == set(ship.SUBPACKAGES)
 
 
 def test_the_packaged_entry_script_runs_pidquota_from_the_zip_alone(tmp_path):
     """With a Python that cannot import the checkout (as an executor's), the zip is enough:
     the CLI runs, and its settings and default quotas are read from inside the zip."""
     done = subprocess.run(
-        [sys.executable, "-m", "streaming.cli", "package", "--output", str(tmp_path / "dist")],
+        [sys.executable, "-m", "pidquota", "package", "--output", str(tmp_path / "dist")],
         capture_output=True,
         text=True,
     )
@@ -59,7 +63,7 @@ def test_the_packaged_entry_script_runs_pidquota_from_the_zip_alone(tmp_path):
     assert {p.name for p in dist.iterdir()} == {"pidquota.zip", "pidquota_main.py", "log4j2.properties"}
     probe = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
-        "from conf.loader import load; import streaming.cli, streaming.ship as s; "
+        "from pidquota.conf.loader import load; import pidquota.cli.main, pidquota.streaming.ship as s; "
         "c = load(environ={}); print(c['pidquota.state.buckets'], c.quotas_path().is_file(), s.shipped())"
     )
     npp = ROOT / "tests" / "no_project_python.py"
@@ -68,10 +72,8 @@ def test_the_packaged_entry_script_runs_pidquota_from_the_zip_alone(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["64", "True", str(dist / "pidquota.zip")]
-    bare = subprocess.run(
-        [sys.executable, str(npp), "-c", "import streaming"], capture_output=True, text=True
-    )
-    assert "No module named 'streaming'" in bare.stderr  # without the zip it is not there
+    bare = subprocess.run([sys.executable, str(npp), "-c", "import pidquota"], capture_output=True, text=True)
+    assert "No module named 'pidquota'" in bare.stderr  # without the zip it is not there
 
 
 @pytest.mark.parametrize(

@@ -145,7 +145,7 @@ def test_run_master_survives_a_lost_worker_and_decides_the_same(spark_cluster, h
     outside the output folder (on a cluster: a folder every node shares)."""
     out = tmp_path / "out"
     extra = ("--master", spark_cluster.url, "--checkpoint", str(tmp_path / "shared" / "ck"))
-    args = [sys.executable, "-m", "streaming.cli", *run_args(hour, out, *extra)]
+    args = [sys.executable, "-m", "pidquota", *run_args(hour, out, *extra)]
     env = {**os.environ, **on_cluster(spark_cluster)}
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     t0 = time.monotonic()

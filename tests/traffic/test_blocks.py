@@ -4,7 +4,7 @@ import multiprocessing
 
 import pytest
 
-from traffic.blocks import (
+from pidquota.traffic.blocks import (
     BLOCK_SIZE,
     FileBlockStore,
     MemoryBlockStore,

@@ -3,8 +3,14 @@
 import numpy as np
 import pytest
 
-from traffic.blocks import MemoryBlockStore, StaleBrokerEpochError
-from traffic.cluster import Broker, Cluster, Controller, InvalidProducerEpochError, TransactionCoordinator
+from pidquota.traffic.blocks import MemoryBlockStore, StaleBrokerEpochError
+from pidquota.traffic.cluster import (
+    Broker,
+    Cluster,
+    Controller,
+    InvalidProducerEpochError,
+    TransactionCoordinator,
+)
 
 
 def test_broker_hands_out_its_block_then_asks_for_the_next():

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from conf.errors import ConfigError
-from traffic.blocks import FileBlockStore
-from traffic.generator import TrafficGenerator
-from traffic.mixes import load_mix, validate_mix
+from pidquota.conf.errors import ConfigError
+from pidquota.traffic.blocks import FileBlockStore
+from pidquota.traffic.generator import TrafficGenerator
+from pidquota.traffic.mixes import load_mix, validate_mix
 
 HOUR = 3_600_000
 

@@ -1,0 +1,146 @@
+"""``pidquota configs`` (after kafka-configs.sh) and ``pidquota status``."""
+
+from __future__ import annotations
+
+import argparse
+
+from pidquota.conf.errors import ConfigError
+from pidquota.conf.loader import Config, load, parse_overrides
+from pidquota.quota.resolver import DEFAULT_ENTITY, QUOTA_KEY, user_entity
+from pidquota.store.client import connect_config
+from pidquota.store.decisions import StatusClient
+from pidquota.store.quotas import RedisQuotaStore
+
+
+def add_parsers(sub) -> None:
+    cfg = sub.add_parser(
+        "configs",
+        help="set or show producer_ids_rate quotas in Redis, like kafka-configs.sh",
+        description="Alter or describe user quotas kept in Redis, the way kafka-configs.sh does for "
+        "/config/users/<user> and /config/users/<default>.",
+    )
+    _common(cfg)
+    action = cfg.add_mutually_exclusive_group(required=True)
+    action.add_argument("--alter", action="store_true", help="change configs")
+    action.add_argument("--describe", action="store_true", help="show configs")
+    cfg.add_argument("--entity-type", required=True, help="only 'users' is supported")
+    who = cfg.add_mutually_exclusive_group()
+    who.add_argument(
+        "--entity-name", help="the user, as kafka-configs.sh takes it (alice) or as a principal (User:alice)"
+    )
+    who.add_argument("--entity-default", action="store_true", help="the <default> user entity")
+    cfg.add_argument("--add-config", metavar="K=V[,K=V]", help=f"configs to set, e.g. '{QUOTA_KEY}=50'")
+    cfg.add_argument("--delete-config", metavar="K[,K]", help=f"configs to remove, e.g. {QUOTA_KEY}")
+
+    st = sub.add_parser(
+        "status",
+        help="is a user throttled now, and for how long? (what a broker plug-in asks)",
+        description="Show per-user throttle state and metrics that the enforcer publishes to Redis.",
+    )
+    _common(st)
+    st.add_argument("principal", nargs="?", help="alice or User:alice (default: every user with state)")
+    st.add_argument(
+        "--shadow", action="store_true", help="what a run in shadow mode (run --shadow) published instead"
+    )
+
+
+def _common(p) -> None:
+    p.add_argument(
+        "--redis", metavar="URL", help="redis://HOST:PORT/DB or rediss:// (default: pidquota.redis.url)"
+    )
+    p.add_argument("--config", metavar="FILE", help=".properties file (default: conf/pidquota.properties)")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override a setting")
+
+
+def redis_from(args: argparse.Namespace) -> tuple[object, Config]:
+    overrides = parse_overrides(args.set)
+    if args.redis:
+        overrides["pidquota.redis.url"] = args.redis
+    config = load(args.config, overrides)
+    url = config["pidquota.redis.url"]
+    if not url:
+        raise ConfigError("no Redis given: pass --redis redis://HOST:PORT/DB or set pidquota.redis.url")
+    return connect_config(config), config
+
+
+def _who(entity: str) -> str:
+    return "the default user-principal" if entity == DEFAULT_ENTITY else f"user-principal '{entity}'"
+
+
+def _describe_line(entity: str, configs: dict) -> str:
+    who = _who(entity)
+    shown = ", ".join(f"{k}={v!r}" for k, v in sorted(configs.items()))
+    return f"Quota configs for {who} are {shown}"
+
+
+def _pairs(text: str) -> dict[str, str]:
+    out = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--add-config expects key=value[,key=value], got {text!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def run_configs(args: argparse.Namespace) -> int:
+    if args.entity_type != "users":
+        raise ConfigError(
+            f"--entity-type {args.entity_type!r} is not supported; producer_ids_rate is a 'users' quota"
+        )
+    client, config = redis_from(args)
+    store = RedisQuotaStore(client, config["pidquota.redis.prefix"])
+    entity = DEFAULT_ENTITY if args.entity_default else args.entity_name
+    if entity is not None:
+        entity = user_entity(entity)  # alice and User:alice are the same user
+    if args.alter:
+        if entity is None:
+            raise ConfigError("--alter needs --entity-name NAME or --entity-default")
+        if not args.add_config and not args.delete_config:
+            raise ConfigError("--alter needs --add-config or --delete-config")
+        add = _pairs(args.add_config) if args.add_config else {}
+        delete = [k.strip() for k in args.delete_config.split(",")] if args.delete_config else []
+        for key in store.alter(entity, add, delete):
+            print(f"({key} was not set for {_who(entity)}; nothing to delete)")
+        if entity == DEFAULT_ENTITY:
+            print("Completed updating default config for user-principal in the cluster.")
+        else:
+            print(f"Completed updating config for user-principal '{entity}'.")
+        return 0
+    entities = [entity] if entity is not None else store.entities()
+    if entity is None and not entities:
+        print("No user quota configs are set.")
+    for e in entities:
+        configs = store.describe(e)
+        if configs:
+            print(_describe_line(e, configs))
+        else:
+            print(f"No quota configs for {_who(e)}.")
+    return 0
+
+
+def _status_user(name: str) -> str:
+    """The principal ``status`` shows: alice and User:alice are the same user."""
+    principal = user_entity(name)
+    if principal == DEFAULT_ENTITY:
+        raise ConfigError(
+            f"{DEFAULT_ENTITY} is a quota entity, not a user with state; give a user: alice or User:alice"
+        )
+    return principal
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """Each user's published state, in that user's event time (see :class:`StatusClient`)."""
+    client, config = redis_from(args)
+    status = StatusClient(client, config["pidquota.redis.prefix"], args.shadow)
+    principals = [_status_user(args.principal)] if args.principal else status.principals()
+    if not principals:
+        print("No throttle state published yet.")
+    for principal in principals:
+        s = status.status(principal)
+        print(s.line())
+        if s.metrics:
+            print("  " + ", ".join(f"{k}={v}" for k, v in sorted(s.metrics.items())))
+        elif args.principal:
+            print("  no metrics published for this user")
+    return 0

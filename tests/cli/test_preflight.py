@@ -1,0 +1,438 @@
+"""pidquota.cli.preflight: the start-up checks of `pidquota run`, on hand-made folders (no Spark)."""
+
+import json
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from pidquota.cli import preflight
+from pidquota.cli.preflight import MARKER, Source
+from pidquota.conf.errors import ConfigError, InputError, PidquotaError
+
+FILE_OFFSETS = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"logOffset":3}'
+DEMO_OFFSETS = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"origin": 1000, "t": 61000}'
+KAFKA_OFFSETS = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"events": {"0": 5, "1": 7}}'
+
+
+def checkpoint(folder: Path, offsets: str | None = None, marker: dict | None = None, batch: int = 0) -> Path:
+    """A hand-made checkpoint: ``metadata``, ``offsets/<batch>`` and, if given, the marker."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metadata").write_text('{"id":"q"}\n')
+    if offsets is not None:
+        (folder / "offsets").mkdir(exist_ok=True)
+        (folder / "offsets" / str(batch)).write_text(offsets)
+        (folder / "offsets" / f".{batch}.crc").write_bytes(b"\0")
+    if marker is not None:
+        (folder / MARKER).write_text(json.dumps(marker))
+    return folder
+
+
+def output(folder: Path) -> Path:
+    """A pidquota output folder as the sink and Spark leave it."""
+    for kind in ("decisions", "metrics", "dead-letters"):
+        (folder / kind).mkdir(parents=True)
+        (folder / kind / "part-0.jsonl").write_text("{}\n")
+        (folder / kind / ".part-1.jsonl.tmp").write_text("")
+    checkpoint(folder / "_checkpoint", FILE_OFFSETS)
+    return folder
+
+
+# Source and the marker ---------------------------------------------------------------------------
+
+
+def test_source_of_each_input(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert Source.of(None) == Source("demo", "demo")
+    assert Source.of("small.jsonl") == Source("file", str(tmp_path / "small.jsonl"))
+    kafka = Source.of("kafka://bob:secret@b1:9092,b2:9092/events")
+    assert (kafka.kind, kafka.input, kafka.topics) == ("kafka", "kafka://b1:9092,b2:9092/events", ("events",))
+    assert "secret" not in kafka.describe()
+
+
+def test_marker_is_written_into_a_new_checkpoint_and_read_back(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ckpt = tmp_path / "out" / "_checkpoint"
+    preflight.write_marker("out/_checkpoint", Source.of("in/small.jsonl"))
+    written = json.loads((ckpt / MARKER).read_text())
+    assert written == {"kind": "file", "input": str(tmp_path / "in" / "small.jsonl")}
+    assert [p.name for p in ckpt.iterdir()] == [MARKER]  # no temporary file left
+    assert preflight.read_marker(ckpt) == Source("file", written["input"])
+    preflight.write_marker(f"file://{ckpt}", Source.of("kafka://u:pw@b:9092/t"))
+    assert json.loads((ckpt / MARKER).read_text()) == {"kind": "kafka", "input": "kafka://b:9092/t"}
+    preflight.write_marker(str(ckpt), Source.of(None))
+    assert json.loads((ckpt / MARKER).read_text()) == {"kind": "demo", "input": "demo"}
+
+
+def test_a_remote_checkpoint_is_not_written_or_checked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    preflight.write_marker("s3a://bucket/ckpt", Source.of(None))
+    preflight.check_checkpoint("s3a://bucket/ckpt", Source.of(None), tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+    assert preflight.local_path("file:///tmp/x") == Path("/tmp/x")
+    assert preflight.local_path("file:/tmp/x") == Path("/tmp/x")
+    assert preflight.local_path("hdfs://nn/x") is None
+
+
+# check_checkpoint ----------------------------------------------------------------------------------
+
+
+def refusal(checkpoint_uri: str, source: Source, out: Path) -> str:
+    with pytest.raises(ConfigError) as e:
+        preflight.check_checkpoint(checkpoint_uri, source, out)
+    assert len(str(e.value).splitlines()) == 1
+    return str(e.value)
+
+
+def test_the_demo_checkpoint_refuses_a_file_input(tmp_path):
+    out = tmp_path / "pidquota-out"
+    checkpoint(out / "_checkpoint", DEMO_OFFSETS, marker={"kind": "demo", "input": "demo"})
+    message = refusal(str(out / "_checkpoint"), Source.of("small.jsonl"), out)
+    assert message == (
+        f"the checkpoint {out}/_checkpoint belongs to the demo source, not file input 'small.jsonl'; "
+        f"use another --output (or --checkpoint), or --fresh to delete {out} and start over"
+    )
+
+
+def test_a_file_checkpoint_refuses_the_demo_and_kafka_but_takes_another_file(tmp_path):
+    out = tmp_path / "out"
+    ckpt = checkpoint(out / "_checkpoint", FILE_OFFSETS, marker={"kind": "file", "input": "/data/a.jsonl"})
+    assert "belongs to file input '/data/a.jsonl', not the demo source" in refusal(
+        str(ckpt), Source.of(None), out
+    )
+    assert "not Kafka input 'kafka://b:9092/t'" in refusal(str(ckpt), Source.of("kafka://b:9092/t"), out)
+    preflight.check_checkpoint(str(ckpt), Source.of(str(tmp_path / "b.jsonl")), out)  # no error
+
+
+def test_kafka_checkpoints_compare_topic_and_cluster(tmp_path):
+    out = tmp_path / "out"
+    marker = {"kind": "kafka", "input": "kafka://b1:9092,b2:9092/events"}
+    ckpt = str(checkpoint(out / "_checkpoint", KAFKA_OFFSETS, marker=marker))
+    preflight.check_checkpoint(ckpt, Source.of("kafka://B2:9092,b3:9092/events"), out)  # a broker in common
+    assert "not Kafka input 'kafka://b1:9092/other'" in refusal(ckpt, Source.of("kafka://b1:9092/other"), out)
+    message = refusal(ckpt, Source.of("kafka://elsewhere:9092/events"), out)
+    assert message.endswith(
+        f"(if it is the same cluster under new addresses, edit {MARKER} in the checkpoint)"
+    )
+
+
+def test_a_checkpoint_outside_the_output_names_its_own_fix(tmp_path):
+    ckpt = checkpoint(tmp_path / "ck", DEMO_OFFSETS)
+    message = refusal(str(ckpt), Source.of("in.jsonl"), tmp_path / "out")
+    assert message.endswith(
+        f"use another --checkpoint, or --fresh to delete it (and {tmp_path / 'out'}) and start over"
+    )
+
+
+@pytest.mark.parametrize(
+    "offsets, recorded, refused, taken",
+    [
+        ('v1\n{"batchWatermarkMs":0}\n{"files": 24}\n', "a file input", [None], "e.jsonl"),
+        (DEMO_OFFSETS, "the demo source", ["e.jsonl", "kafka://b:1/events"], None),
+        (KAFKA_OFFSETS, "Kafka topic 'events'", [None, "e.jsonl", "kafka://b:1/other"], "kafka://b:1/events"),
+    ],
+)
+def test_a_checkpoint_without_marker_is_recognised_by_its_offsets(
+    tmp_path, offsets, recorded, refused, taken
+):
+    out = tmp_path / "out"
+    ckpt = str(checkpoint(out / "_checkpoint", offsets))
+    for given in refused:
+        assert f"belongs to {recorded}, not " in refusal(ckpt, Source.of(given), out)
+    preflight.check_checkpoint(ckpt, Source.of(taken), out)
+
+
+def test_a_checkpoint_of_spark_s_own_file_source_is_refused_for_every_input(tmp_path):
+    # An earlier pidquota read files with Spark's source ({"logOffset": N}); the current one
+    # would start its own offsets at 0 and read every file again into the kept state.
+    out = tmp_path / "out"
+    ckpt = str(checkpoint(out / "_checkpoint", FILE_OFFSETS, marker=None))
+    for given in (None, "e.jsonl", "kafka://b:1/events"):
+        assert "belongs to Spark's file source" in refusal(ckpt, Source.of(given), out)
+
+
+def test_the_newest_offsets_file_is_the_one_sniffed(tmp_path):
+    ckpt = checkpoint(tmp_path / "ck", FILE_OFFSETS, batch=9)
+    checkpoint(ckpt, DEMO_OFFSETS, batch=10)  # 10 > 9 though "10" < "9" as text
+    (ckpt / "offsets" / "11.tmp").write_text("junk")
+    assert preflight.sniff_offsets(ckpt) == Source("demo", "demo")
+
+
+@pytest.mark.parametrize("offsets", ["v1\n{}\n", "not json", "v1\n{}\n[1, 2]", ""])
+def test_an_unknown_checkpoint_is_let_through(tmp_path, offsets):
+    ckpt = checkpoint(tmp_path / "ck", offsets, marker=None)
+    assert preflight.recorded_source(ckpt) is None
+    preflight.check_checkpoint(str(ckpt), Source.of(None), tmp_path / "out")
+
+
+def test_a_marker_without_progress_is_no_obstacle(tmp_path):
+    """A start that failed after writing the marker left no offsets: another source may start."""
+    ckpt = checkpoint(tmp_path / "out" / "_checkpoint", None, marker={"kind": "demo", "input": "demo"})
+    preflight.check_checkpoint(str(ckpt), Source.of("e.jsonl"), tmp_path / "out")
+
+
+def test_a_broken_marker_falls_back_to_the_offsets(tmp_path):
+    ckpt = checkpoint(tmp_path / "ck", DEMO_OFFSETS)
+    (ckpt / MARKER).write_text("{not json")
+    assert "belongs to the demo source" in refusal(str(ckpt), Source.of("e.jsonl"), tmp_path / "out")
+
+
+# --fresh -----------------------------------------------------------------------------------------
+
+
+def test_fresh_deletes_pidquota_output_and_nothing_else(tmp_path):
+    out = output(tmp_path / "out")
+    (out / ".nfs0001").write_text("")  # hidden temporary files are fine
+    keep = tmp_path / "events.jsonl"
+    keep.write_text("{}\n")
+    assert preflight.fresh(out, str(out / "_checkpoint")) == [out]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["events.jsonl"]
+
+
+def test_fresh_on_a_missing_or_empty_output_is_fine(tmp_path):
+    assert preflight.fresh(tmp_path / "nothing", str(tmp_path / "nothing" / "_checkpoint")) == []
+    (tmp_path / "empty").mkdir()
+    assert preflight.fresh(tmp_path / "empty", str(tmp_path / "empty" / "_checkpoint")) == [
+        tmp_path / "empty"
+    ]
+
+
+@pytest.mark.parametrize(
+    "stray, named",
+    [
+        ("notes.txt", "it has notes.txt"),
+        ("src/", "it has src/"),
+        ("decisions/mine.csv", "it has decisions/mine.csv"),
+        ("_checkpoint", None),  # _checkpoint as a file, not a folder
+    ],
+)
+def test_fresh_refuses_a_folder_with_a_stray_entry(tmp_path, stray, named):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "metrics").mkdir()
+    path = out / stray.rstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.mkdir() if stray.endswith("/") else path.write_text("x")
+    with pytest.raises(ConfigError) as e:
+        preflight.fresh(out, str(out / "_checkpoint"))
+    assert str(e.value) == (
+        f"--fresh would delete {out}, which does not look like pidquota output "
+        f"({named or 'it has _checkpoint'}); delete it yourself or choose another --output"
+    )
+    assert path.exists() and (out / "metrics").is_dir()
+
+
+def test_fresh_lists_at_most_three_strays(tmp_path):
+    for name in "abcde":
+        (tmp_path / name).write_text("")
+    with pytest.raises(ConfigError, match=r"\(it has a, b, c and 2 more\)"):
+        preflight.fresh(tmp_path, str(tmp_path / "_checkpoint"))
+
+
+def test_fresh_refuses_a_file_or_a_link_as_output(tmp_path):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ConfigError, match=r"\(it is a file\)"):
+        preflight.fresh(tmp_path / "f", str(tmp_path / "f" / "_checkpoint"))
+    output(tmp_path / "real")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(ConfigError, match=r"\(it is a symbolic link\)"):
+        preflight.fresh(tmp_path / "link", str(tmp_path / "link" / "_checkpoint"))
+    assert (tmp_path / "real" / "_checkpoint").is_dir()
+
+
+def test_fresh_deletes_a_checkpoint_outside_the_output_if_it_is_one(tmp_path):
+    out, ckpt = output(tmp_path / "out"), checkpoint(tmp_path / "ck", DEMO_OFFSETS)
+    assert preflight.fresh(out, str(ckpt)) == [out, ckpt]
+    assert list(tmp_path.iterdir()) == []
+    marker_only = tmp_path / "ck2"
+    preflight.write_marker(str(marker_only), Source.of(None))
+    assert preflight.fresh(tmp_path / "out", str(marker_only)) == [marker_only]
+
+
+def test_fresh_refuses_a_checkpoint_folder_that_is_not_one(tmp_path):
+    out, ckpt = output(tmp_path / "out"), tmp_path / "ck"
+    ckpt.mkdir()
+    (ckpt / "thesis.tex").write_text("")
+    with pytest.raises(ConfigError) as e:
+        preflight.fresh(out, str(ckpt))
+    assert str(e.value) == (
+        f"--fresh would delete the checkpoint {ckpt}, which does not look like a Spark checkpoint "
+        f"(no metadata, offsets/ or {MARKER}); delete it yourself or choose another --checkpoint"
+    )
+    assert (out / "_checkpoint").is_dir() and (ckpt / "thesis.tex").exists()  # nothing deleted
+
+
+def test_fresh_leaves_an_empty_checkpoint_folder_and_refuses_a_remote_one(tmp_path):
+    (tmp_path / "ck").mkdir()
+    assert preflight.fresh(tmp_path / "out", str(tmp_path / "ck")) == []
+    assert (tmp_path / "ck").is_dir()
+    with pytest.raises(ConfigError, match="cannot delete the checkpoint s3a://b/ck, which is not a local"):
+        preflight.fresh(tmp_path / "out", "s3a://b/ck")
+
+
+def test_fresh_accepts_a_checkpoint_kept_elsewhere_inside_the_output(tmp_path):
+    out = output(tmp_path / "out")
+    checkpoint(out / "ck" / "main", DEMO_OFFSETS)
+    assert preflight.fresh(out, str(out / "ck" / "main")) == [out]
+    assert not out.exists()
+
+
+def test_fresh_refuses_what_lies_beside_a_checkpoint_kept_inside_the_output(tmp_path):
+    out = output(tmp_path / "out")
+    checkpoint(out / "state" / "q1", DEMO_OFFSETS)
+    (out / "state" / "notes.txt").write_text("mine")
+    (out / ".env").write_text("SECRET=1")
+    with pytest.raises(ConfigError, match=r"it has state/notes.txt"):
+        preflight.fresh(out, str(out / "state" / "q1"))
+    assert (out / "state" / "notes.txt").exists()
+    (out / "state" / "notes.txt").unlink()
+    with pytest.raises(ConfigError, match=r"it has \.env"):
+        preflight.fresh(out, str(out / "state" / "q1"))
+
+
+# flags ---------------------------------------------------------------------------------------------
+
+
+def args(**given) -> Namespace:
+    base = {"input": None, "once": False, "speed": None, "starting_offsets": None}
+    return Namespace(**{**base, **given})
+
+
+@pytest.mark.parametrize(
+    "given, kafka, message",
+    [
+        ({"once": True}, False, "--once needs --input: the demo source never runs out"),
+        ({"input": "e.jsonl", "speed": 10.0}, False, "--speed paces the demo only; a file or Kafka input"),
+        ({"input": "kafka://b:1/t", "speed": 10.0}, True, "--speed paces the demo only"),
+        ({"speed": 0.0}, False, "--speed must be > 0, got 0"),
+        ({"speed": -2.0}, False, "--speed must be > 0, got -2"),
+        ({"speed": float("inf")}, False, "--speed must be > 0, got inf; a finite number"),
+        ({"input": "e.jsonl", "starting_offsets": "latest"}, False, "--starting-offsets applies to a Kafka"),
+        ({"starting_offsets": "latest"}, False, "the demo has no offsets to start from"),
+    ],
+)
+def test_flags_that_cannot_apply_are_refused(given, kafka, message):
+    with pytest.raises(ConfigError, match=message.replace("-", r"\-").replace("(", r"\(")):
+        preflight.check_flags(args(**given), kafka)
+
+
+def test_flags_that_apply_pass():
+    preflight.check_flags(args(speed=120.0), False)
+    preflight.check_flags(args(input="kafka://b:1/t", once=True, starting_offsets="latest"), True)
+    preflight.check_flags(args(input="e.jsonl", once=True), False)
+
+
+def test_a_missing_input_fails_before_spark(tmp_path):
+    with pytest.raises(InputError, match=r"^input '/no/such' does not exist"):
+        preflight.check_input(Source.of("/no/such"))
+    preflight.check_input(Source.of(str(tmp_path)))
+    preflight.check_input(Source.of("kafka://b:1/t"))
+
+
+def test_an_unreadable_output_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    out = output(tmp_path / "out")
+    listing = Path.iterdir
+
+    def iterdir(self):
+        if self.name == "decisions":
+            raise PermissionError(13, "Permission denied", str(self))
+        return listing(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    with pytest.raises(PidquotaError, match=r"^--fresh cannot look into .*/decisions: Permission denied$"):
+        preflight.fresh(out, str(out / "_checkpoint"))
+    assert out.is_dir()
+
+
+def test_a_remote_checkpoint_is_refused_only_where_pidquota_keeps_files_beside_it():
+    preflight.check_local_checkpoint("s3a://b/ck", file_input=False)  # Kafka (Redis publishing or not)
+    preflight.check_local_checkpoint("file:///tmp/ck", file_input=True)
+    with pytest.raises(ConfigError, match="keeps the list of files it has read there; use a path"):
+        preflight.check_local_checkpoint("s3a://b/ck", file_input=True)
+
+
+def test_a_checkpoint_s_state_grouping_must_match(tmp_path):
+    ckpt = tmp_path / "ck"
+    preflight.check_state_layout(str(ckpt), 64, "rocksdb", False)  # nothing there yet
+    preflight.write_marker(str(ckpt), Source.of(None), 64)
+    preflight.check_state_layout(str(ckpt), 0, "rocksdb", False)  # no state yet: any grouping may start it
+    (ckpt / "state").mkdir()
+    preflight.check_state_layout(str(ckpt), 64, "hdfs", False)
+    with pytest.raises(
+        ConfigError, match=r"pidquota.state.buckets=64 groups, not 0; set pidquota.state.buckets=64"
+    ):
+        preflight.check_state_layout(str(ckpt), 0, "hdfs", False)
+    preflight.write_marker(str(ckpt), Source.of(None))  # as an older pidquota wrote it
+    with pytest.raises(ConfigError, match="older pidquota .* new checkpoint"):
+        preflight.check_state_layout(str(ckpt), 64, "hdfs", False)
+
+
+def test_a_checkpoint_keeps_its_state_store(tmp_path):
+    ckpt = tmp_path / "ck"
+    (ckpt / "state").mkdir(parents=True)
+    preflight.write_marker(str(ckpt), Source.of(None), 64, "hdfs")
+    assert preflight.check_state_layout(str(ckpt), 64, "hdfs", True) == "hdfs"
+    assert preflight.check_state_layout(str(ckpt), 64, "rocksdb", False) == "hdfs"  # left at the default
+    with pytest.raises(
+        ConfigError, match=r"pidquota.state.store=hdfs, not rocksdb; set pidquota.state.store=hdfs again"
+    ):
+        preflight.check_state_layout(str(ckpt), 64, "rocksdb", True)  # given: refused
+    preflight.write_marker(str(ckpt), Source.of(None), 64)  # before the setting: Spark's default store
+    assert preflight.check_state_layout(str(ckpt), 64, "rocksdb", False) == "hdfs"
+    assert preflight.check_state_layout(str(tmp_path / "new"), 64, "rocksdb", False) == "rocksdb"
+
+
+# output files and the checkpoint they belong to --------------------------------------------------
+
+
+def sink_files(out: Path, batches: list[int], roll: tuple[int, int] | None = None) -> None:
+    from pidquota.streaming.outputs.retention import part_name, roll_name
+
+    folder = out / "decisions"
+    folder.mkdir(parents=True, exist_ok=True)
+    for b in batches:
+        (folder / part_name(b)).write_text("{}\n")
+    if roll:
+        (folder / roll_name(*roll)).write_text("{}\n")
+
+
+def test_output_of_another_checkpoint_is_refused_on_a_new_one(tmp_path):
+    sink_files(tmp_path / "out", [7, 8], roll=(0, 6))
+    with pytest.raises(ConfigError) as err:
+        preflight.check_output_batches(str(tmp_path / "new-ckpt"), tmp_path / "out")
+    msg = str(err.value)
+    assert "part-0000000008.jsonl" in msg and "no batch yet" in msg and "--fresh" in msg and "--output" in msg
+
+
+def test_output_beyond_the_checkpoint_is_refused_and_its_own_batches_are_not(tmp_path):
+    out, ckpt = tmp_path / "out", checkpoint(tmp_path / "ckpt", FILE_OFFSETS, batch=8)
+    sink_files(out, [7, 8], roll=(0, 6))  # batch 8 planned, its part written, not yet committed
+    preflight.check_output_batches(str(ckpt), out)
+    preflight.check_output_batches(f"file://{ckpt}", out)
+    sink_files(out, [9])
+    with pytest.raises(ConfigError, match="batches up to 8"):
+        preflight.check_output_batches(f"file://{ckpt}", out)
+    preflight.check_output_batches("s3a://bucket/ckpt", out)  # not looked into
+    preflight.check_output_batches(str(tmp_path / "empty-ckpt"), tmp_path / "no-output")
+
+
+def test_has_progress_reads_offsets(tmp_path):
+    assert not preflight.has_progress(tmp_path / "missing")
+    assert not preflight.has_progress(checkpoint(tmp_path / "a"))
+    assert preflight.has_progress(checkpoint(tmp_path / "b", FILE_OFFSETS, batch=3))
+    assert preflight.last_planned(tmp_path / "b") == 3
+
+
+def test_pidquota_run_refuses_another_checkpoints_output_and_fresh_clears_it(tmp_path, capsys, no_spark):
+    from pidquota.cli.main import main
+
+    events = tmp_path / "e.jsonl"
+    events.write_text("{}\n")
+    sink_files(tmp_path / "out", [3], roll=(0, 2))  # no _checkpoint: it was deleted, or kept elsewhere
+    run = ["run", "--input", str(events), "--output", str(tmp_path / "out"), "--once"]
+    assert main(run) == 2
+    err = capsys.readouterr().err
+    assert "roll-0000000000-0000000002.jsonl" not in err and "part-0000000003.jsonl" in err
+    assert "another checkpoint" in err and (tmp_path / "out" / "decisions").is_dir()
+    assert main([*run, "--fresh"]) != 0 and "Spark would start here" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "decisions").exists()

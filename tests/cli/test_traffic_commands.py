@@ -1,0 +1,46 @@
+"""`pidquota generate` and `pidquota blocks`."""
+
+import json
+
+from pidquota.cli.main import main
+
+
+def test_generate_writes_events_and_a_summary_then_blocks_prints_the_audit(tmp_path, capsys):
+    out, blocks = tmp_path / "g.jsonl", tmp_path / "blocks.json"
+    args = ["generate", "--duration", "10m", "--seed", "5", "--output", str(out), "--blocks", str(blocks)]
+    assert main(args) == 0
+    lines = out.read_text().splitlines()
+    summary = json.loads((tmp_path / "g.jsonl.summary.json").read_text())
+    assert summary["events"] == len(lines) > 1000
+    assert summary["principals"]["User:crash-loop"]["behaviour"] == "crash-loop"
+    assert "User:crash-loop" in capsys.readouterr().err
+    assert main(["blocks", "--blocks", str(blocks)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].split() == ["#", "broker_id", "broker_epoch", "start", "block_end"]
+    assert (
+        printed[-1]
+        == f"{summary['cluster']['blocks_allocated']} blocks, {summary['cluster']['blocks_allocated'] * 1000:,} producer IDs"
+    )
+
+
+def test_generate_against_redis_blocks(tmp_path, redis_server, redis_client, capsys):
+    out = tmp_path / "g.jsonl"
+    assert main(["generate", "--duration", "2m", "--output", str(out), "--redis", redis_server]) == 0
+    assert main(["blocks", "--redis", redis_server]) == 0
+    assert "blocks," in capsys.readouterr().out
+    assert redis_client.llen("{pidquota}:pid-blocks:audit") >= 1
+
+
+def test_bad_arguments_are_one_line_errors(tmp_path, capsys):
+    for bad in ("soon", "-5", "0"):
+        assert main(["generate", "--duration", bad, "--output", str(tmp_path / "x")]) == 2
+        assert f"--duration {bad!r} " in capsys.readouterr().err
+    assert main(["generate", "--duration", "1m", "--mix", "nope", "--output", str(tmp_path / "x")]) == 2
+    assert "neither a named mix" in capsys.readouterr().err
+    assert main(["generate", "--rate", "0", "--output", str(tmp_path / "x")]) == 2
+    assert "--rate must be > 0" in capsys.readouterr().err
+    assert (
+        main(["generate", "--output", str(tmp_path / "x"), "--redis", "redis://:secret@127.0.0.1:1/0"]) == 2
+    )
+    err = capsys.readouterr().err
+    assert "cannot reach Redis at redis://***@127.0.0.1:1/0" in err and "secret" not in err

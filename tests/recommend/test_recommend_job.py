@@ -1,0 +1,82 @@
+"""``pidquota recommend`` on Spark: its statistics equal the pandas reference, a what-if with the
+suggested quotas throttles no well-behaved user, and a what-if with the generator's quota file
+gives the enforcer's own throttle counts exactly."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from pidquota.conf.loader import load
+from pidquota.quota import StaticQuotas
+from pidquota.recommend import job as recommend_job
+from pidquota.recommend import stats as rec
+from pidquota.traffic.generator import TrafficGenerator
+
+W = 3_600_000
+WELL_BEHAVED = [
+    "User:steady-orders",
+    "User:steady-payments",
+    "User:txn-ledger",
+    "User:returning",
+    "User:legacy",
+]
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """Two hours of the default mix at 10 requests/s, as a file and as an events frame."""
+    gen = TrafficGenerator(seed=9, rate=10)
+    _, lines = gen.events(gen.start_ms + 2 * W)
+    folder = tmp_path_factory.mktemp("recommend")
+    path = folder / "events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    docs = [json.loads(x) for x in lines]
+    frame = pd.DataFrame(
+        [(d["principal"], d["producer_id"], d["timestamp"]) for d in docs],
+        columns=["principal", "producer_id", "timestamp"],
+    )
+    return path, frame
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load(environ={}, overrides={"pidquota.spark.shuffle.partitions": "2"})
+
+
+def test_the_spark_statistics_equal_the_reference(spark, generated, config):
+    path, frame = generated
+    stats, what_if = recommend_job.compute(str(path), config, None)
+    expected = rec.reference_stats(frame, W, W // 4)
+    assert what_if is None
+    assert len(stats) == 7  # User:legacy has no PID >= 0
+    pd.testing.assert_frame_equal(
+        stats.reset_index(drop=True), expected.reset_index(drop=True), check_dtype=False
+    )
+
+
+def test_the_suggested_quotas_throttle_no_well_behaved_user(spark, generated, config):
+    path, _ = generated
+    stats, _ = recommend_job.compute(str(path), config, None)
+    usage = rec.with_suggestions(stats, 2.0)
+    quotas = dict(zip(usage.principal, usage.suggested, strict=True))
+    _, what_if = recommend_job.compute(str(path), config, quotas)
+    throttles = dict(zip(what_if.principal, what_if.throttles, strict=True))
+    for user in WELL_BEHAVED:
+        assert throttles.get(user, 0) == 0, user
+
+
+def test_a_what_if_with_the_quota_file_is_the_enforcers_own_count(spark, generated, config, tmp_path):
+    from conftest import Enforcer
+
+    path, _ = generated
+    quotas = dict(StaticQuotas.from_file("conf/quotas.json").snapshot())
+    _, what_if = recommend_job.compute(str(path), config, quotas)
+    enforcer = Enforcer(spark, tmp_path, quotas)
+    decisions = enforcer.run(path.read_text().splitlines())["decisions"]
+    own = decisions[decisions.verdict == "THROTTLE"].groupby("principal").size()
+    got = what_if.set_index("principal")["throttles"]
+    assert own.sum() > 0
+    assert {u: int(n) for u, n in got.items() if n} == {u: int(n) for u, n in own.items()}

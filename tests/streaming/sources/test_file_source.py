@@ -1,0 +1,137 @@
+"""pidquota's file source without Spark: listing order, skipped names, the ledger, line splitting."""
+
+import os
+
+import pytest
+
+from pidquota.streaming.sources import files as fs
+from pidquota.streaming.sources import listing as ls
+
+
+def _touch(path, text="x\n", mtime_ns=1_700_000_000_000_000_000):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+def test_files_with_equal_mtimes_are_taken_by_path_and_older_files_first(tmp_path):
+    for name in ["b.jsonl", "a.jsonl", "sub/c.jsonl", "c.jsonl"]:
+        _touch(tmp_path / name)
+    _touch(tmp_path / "z-old.jsonl", mtime_ns=1)
+    listing = ls.scan(tmp_path)
+    names = [os.path.relpath(f.path, tmp_path) for f in listing.files]
+    assert names == ["z-old.jsonl", "a.jsonl", "b.jsonl", "c.jsonl", "sub/c.jsonl"]
+    assert ls.scan(tmp_path).files == listing.files  # the same every time
+
+
+def test_hidden_names_are_skipped_in_a_folder_and_named_but_read_when_named(tmp_path):
+    for name in ["ok.jsonl", "_SUCCESS", ".part.tmp", "_staging/x.jsonl", ".git/y"]:
+        _touch(tmp_path / name)
+    listing = ls.scan(tmp_path)
+    assert [os.path.basename(f.path) for f in listing.files] == ["ok.jsonl"]
+    assert sorted(os.path.basename(s.rstrip(os.sep)) for s in listing.skipped) == [
+        ".git",
+        ".part.tmp",
+        "_SUCCESS",
+        "_staging",
+    ]
+    assert len(ls.scan(tmp_path / "_SUCCESS").files) == 1
+
+
+def test_start_up_notes_name_skipped_and_changed_files_and_an_empty_folder(tmp_path):
+    folder, ck = tmp_path / "in", tmp_path / "ck"
+    _touch(folder / "a.jsonl")
+    _touch(folder / "_b.jsonl")
+    reader = fs.FileStreamReader({"path": str(folder), "ledger": str(ck / ls.LEDGER)})
+    assert reader.latestOffset({"files": 0}, None) == {"files": 1}
+    _touch(folder / "a.jsonl", text="x\ny\n")  # rewritten after it was read
+    notes, resumed = ls.start_up_notes(folder, ck)
+    assert resumed and len(notes) == 2
+    assert "_b.jsonl" in notes[0] and "a.jsonl" in notes[1] and "not read again" in notes[1]
+    (tmp_path / "empty").mkdir()
+    notes, resumed = ls.start_up_notes(tmp_path / "empty", tmp_path / "ck2")
+    assert notes == [f"warning: {tmp_path / 'empty'} has no files to read"] and not resumed
+    with pytest.raises(ls.InputError, match="does not exist"):
+        ls.start_up_notes(tmp_path / "missing", ck)
+
+
+def test_offsets_are_ledger_positions_and_survive_a_restart_and_a_torn_line(tmp_path):
+    folder, ledger = tmp_path / "in", tmp_path / "ck" / ls.LEDGER
+    for i in range(5):
+        _touch(folder / f"{i}.jsonl", mtime_ns=1_000 + i)
+
+    def reader():
+        return fs.FileStreamReader({"path": str(folder), "ledger": str(ledger), "maxFilesPerTrigger": "2"})
+
+    first = reader()
+    end = first.latestOffset({"files": 0}, first.getDefaultReadLimit())
+    assert end == {"files": 2}
+    names = [os.path.basename(p.path) for p in first.partitions({"files": 0}, end)]
+    assert names == ["0.jsonl", "1.jsonl"]
+    with ledger.open("a") as f:
+        f.write('{"path": "/torn')  # a crash mid-append
+    for i in (5, 6):
+        _touch(folder / f"{i}.jsonl", mtime_ns=1_000 + i)
+    second = reader()  # the torn line is cut off before the new files are appended
+    assert second.latestOffset({"files": 4}, second.getDefaultReadLimit()) == {"files": 6}
+    third = reader()
+    listed = [os.path.basename(p.path) for p in third.partitions({"files": 0}, {"files": 7})]
+    assert listed == [f"{i}.jsonl" for i in range(7)]
+    with pytest.raises(ls.CorruptStateError, match="offsets name 9 files"):
+        third.partitions({"files": 7}, {"files": 9})
+    ledger.write_text(ledger.read_text().replace('"size"', '"sighs"', 1))
+    with pytest.raises(ls.CorruptStateError, match="line 1 is damaged"):
+        reader()
+
+
+def test_a_file_is_read_up_to_its_listed_size_and_a_vanished_one_does_not_fail(tmp_path, caplog):
+    path = tmp_path / "grow.jsonl"
+    path.write_bytes(b"a\nb\n")
+    entry = ls.scan(path).files[0]
+    with path.open("ab") as f:
+        f.write(b"c\nd")  # still being written after it was listed
+    r = fs.FileStreamReader.__new__(fs.FileStreamReader)
+    r.options = {}  # no screening: the lines themselves
+    got = [v for b in r.read(fs.FileRange(entry.path, entry.size)) for v in b.column(0).to_pylist()]
+    assert got == [b"a", b"b"]
+    path.unlink()
+    assert list(r.read(fs.FileRange(entry.path, entry.size))) == []
+    assert "could not read" in caplog.text
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 1 << 20])
+def test_lines_split_like_a_text_reader_at_any_chunk_size(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr(fs, "_CHUNK", chunk)
+    data = b'{"a":1}\r\n\n\xff\xfe junk\n{"b":2}\nlast'
+    (tmp_path / "f").write_bytes(data)
+    got = [v for arr in fs.read_lines(str(tmp_path / "f")) for v in arr.to_pylist()]
+    assert got == [b'{"a":1}', b"", b"\xff\xfe junk", b'{"b":2}', b"last"]
+
+
+@pytest.mark.parametrize("tail", [b"\n", b"", b"\r\n"])
+@pytest.mark.parametrize("split_bytes", [1, 7, 64, 1 << 20])
+def test_a_file_split_into_ranges_reads_every_line_once(tmp_path, monkeypatch, tail, split_bytes):
+    lines = [b"x" * n for n in (0, 1, 5, 63, 64, 65, 200, 3, 0, 17)] + [b"last"]
+    path = tmp_path / "f"
+    path.write_bytes(b"\n".join(lines[:3]) + b"\r\n" + b"\n".join(lines[3:]) + tail)
+    monkeypatch.setattr(fs, "SPLIT_BYTES", split_bytes)
+    size = path.stat().st_size
+    ranges = fs.split(str(path), size)
+    assert len(ranges) == max(1, -(-size // split_bytes))
+    got = [
+        v for r in ranges for arr in fs.read_lines(r.path, r.size, r.start, r.end) for v in arr.to_pylist()
+    ]
+    assert got == lines
+
+
+def test_a_range_reads_only_to_the_listed_size(tmp_path, monkeypatch):
+    path = tmp_path / "f"
+    monkeypatch.setattr(fs, "SPLIT_BYTES", 3)
+    path.write_bytes(b"a\nbb\nccc\ndddd\n")  # grew after it was listed at 9 bytes
+    got = [
+        v
+        for r in fs.split(str(path), 9)
+        for arr in fs.read_lines(r.path, r.size, r.start, r.end)
+        for v in arr.to_pylist()
+    ]
+    assert got == [b"a", b"bb", b"ccc"]
