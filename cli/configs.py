@@ -1,25 +1,24 @@
-"""``pidquota configs`` (after kafka-configs.sh) and ``pidquota status``."""
+"""``pidquota configs``: set or show producer_ids_rate quotas in Redis, as kafka-configs.sh does
+for ``/config/users/<user>`` and ``/config/users/<default>``."""
 
 from __future__ import annotations
 
 import argparse
 
+from pidquota.cli.common import add_redis_flags, redis_from
 from pidquota.conf.errors import ConfigError
-from pidquota.conf.loader import Config, load, parse_overrides
 from pidquota.quota.resolver import DEFAULT_ENTITY, QUOTA_KEY, user_entity
-from pidquota.store.client import connect_config
-from pidquota.store.decisions import StatusClient
 from pidquota.store.quotas import RedisQuotaStore
 
 
-def add_parsers(sub) -> None:
+def add_parser(sub) -> argparse.ArgumentParser:
     cfg = sub.add_parser(
         "configs",
         help="set or show producer_ids_rate quotas in Redis, like kafka-configs.sh",
         description="Alter or describe user quotas kept in Redis, the way kafka-configs.sh does for "
         "/config/users/<user> and /config/users/<default>.",
     )
-    _common(cfg)
+    add_redis_flags(cfg)
     action = cfg.add_mutually_exclusive_group(required=True)
     action.add_argument("--alter", action="store_true", help="change configs")
     action.add_argument("--describe", action="store_true", help="show configs")
@@ -31,36 +30,7 @@ def add_parsers(sub) -> None:
     who.add_argument("--entity-default", action="store_true", help="the <default> user entity")
     cfg.add_argument("--add-config", metavar="K=V[,K=V]", help=f"configs to set, e.g. '{QUOTA_KEY}=50'")
     cfg.add_argument("--delete-config", metavar="K[,K]", help=f"configs to remove, e.g. {QUOTA_KEY}")
-
-    st = sub.add_parser(
-        "status",
-        help="is a user throttled now, and for how long? (what a broker plug-in asks)",
-        description="Show per-user throttle state and metrics that the enforcer publishes to Redis.",
-    )
-    _common(st)
-    st.add_argument("principal", nargs="?", help="alice or User:alice (default: every user with state)")
-    st.add_argument(
-        "--shadow", action="store_true", help="what a run in shadow mode (run --shadow) published instead"
-    )
-
-
-def _common(p) -> None:
-    p.add_argument(
-        "--redis", metavar="URL", help="redis://HOST:PORT/DB or rediss:// (default: pidquota.redis.url)"
-    )
-    p.add_argument("--config", metavar="FILE", help=".properties file (default: conf/pidquota.properties)")
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override a setting")
-
-
-def redis_from(args: argparse.Namespace) -> tuple[object, Config]:
-    overrides = parse_overrides(args.set)
-    if args.redis:
-        overrides["pidquota.redis.url"] = args.redis
-    config = load(args.config, overrides)
-    url = config["pidquota.redis.url"]
-    if not url:
-        raise ConfigError("no Redis given: pass --redis redis://HOST:PORT/DB or set pidquota.redis.url")
-    return connect_config(config), config
+    return cfg
 
 
 def _who(entity: str) -> str:
@@ -83,7 +53,7 @@ def _pairs(text: str) -> dict[str, str]:
     return out
 
 
-def run_configs(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.entity_type != "users":
         raise ConfigError(
             f"--entity-type {args.entity_type!r} is not supported; producer_ids_rate is a 'users' quota"
@@ -116,31 +86,4 @@ def run_configs(args: argparse.Namespace) -> int:
             print(_describe_line(e, configs))
         else:
             print(f"No quota configs for {_who(e)}.")
-    return 0
-
-
-def _status_user(name: str) -> str:
-    """The principal ``status`` shows: alice and User:alice are the same user."""
-    principal = user_entity(name)
-    if principal == DEFAULT_ENTITY:
-        raise ConfigError(
-            f"{DEFAULT_ENTITY} is a quota entity, not a user with state; give a user: alice or User:alice"
-        )
-    return principal
-
-
-def run_status(args: argparse.Namespace) -> int:
-    """Each user's published state, in that user's event time (see :class:`StatusClient`)."""
-    client, config = redis_from(args)
-    status = StatusClient(client, config["pidquota.redis.prefix"], args.shadow)
-    principals = [_status_user(args.principal)] if args.principal else status.principals()
-    if not principals:
-        print("No throttle state published yet.")
-    for principal in principals:
-        s = status.status(principal)
-        print(s.line())
-        if s.metrics:
-            print("  " + ", ".join(f"{k}={v}" for k, v in sorted(s.metrics.items())))
-        elif args.principal:
-            print("  no metrics published for this user")
     return 0

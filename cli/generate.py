@@ -1,4 +1,4 @@
-"""``pidquota generate`` and ``pidquota blocks``."""
+"""``pidquota generate``: realistic produce-request events, to a file or a Kafka topic."""
 
 from __future__ import annotations
 
@@ -8,34 +8,14 @@ import sys
 import time
 from pathlib import Path
 
+from pidquota.cli.blocks import add_block_store_flags, block_store, settings
 from pidquota.conf.durations import EXAMPLES, parse_duration_ms
 from pidquota.conf.errors import ConfigError
-from pidquota.conf.loader import Config, load, parse_overrides
-from pidquota.traffic.blocks import BlockStore, FileBlockStore, RedisBlockStore
 from pidquota.traffic.generator import DEFAULT_START_MS, TrafficGenerator
 from pidquota.traffic.mixes import MIXES
 
-DEFAULT_BLOCKS = "pidquota-blocks.json"
 
-
-def settings(args: argparse.Namespace) -> Config:
-    """The validated settings (``--config``, ``PIDQUOTA_*``, ``--set``): Redis AUTH, TLS and prefix,
-    and the Kafka security settings, apply to the generator as they do to the enforcer."""
-    return load(args.config, parse_overrides(args.set))
-
-
-def block_store(args: argparse.Namespace) -> BlockStore:
-    if args.redis:
-        from pidquota.store.client import connect_config
-        from pidquota.store.keys import Keys
-
-        config = settings(args)
-        client = connect_config(config, args.redis)
-        return RedisBlockStore(client, Keys(config["pidquota.redis.prefix"]).pid_blocks)
-    return FileBlockStore(args.blocks)
-
-
-def add_parsers(sub) -> None:
+def add_parser(sub) -> argparse.ArgumentParser:
     gen = sub.add_parser(
         "generate",
         help="write realistic produce-request events",
@@ -65,21 +45,11 @@ def add_parsers(sub) -> None:
     gen.add_argument(
         "--speed", type=float, help="pace: event time this many times faster than the wall clock"
     )
-    _store_args(gen)
-    blocks = sub.add_parser("blocks", help="print the KIP-730 PID block allocation history")
-    _store_args(blocks)
+    add_block_store_flags(gen)
+    return gen
 
 
-def _store_args(p) -> None:
-    p.add_argument("--blocks", default=DEFAULT_BLOCKS, metavar="FILE", help="block store file (%(default)s)")
-    p.add_argument(
-        "--redis", metavar="URL", help="keep blocks in Redis instead, e.g. redis://localhost:6379/0"
-    )
-    p.add_argument("--config", metavar="FILE", help=".properties file (default: conf/pidquota.properties)")
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override a setting")
-
-
-def run_generate(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     duration = parse_duration_ms(args.duration)
     if args.speed is not None and args.speed <= 0:
         raise ConfigError(f"--speed must be > 0, got {args.speed}")
@@ -166,12 +136,3 @@ class _EventSink:
         if self._producer is not None:
             self._producer.flush()
             self._producer.close()
-
-
-def run_blocks(args: argparse.Namespace) -> int:
-    history = block_store(args).history()
-    print(f"{'#':>5} {'broker_id':>9} {'broker_epoch':>12} {'start':>12} {'block_end':>12}")
-    for i, b in enumerate(history):
-        print(f"{i:>5} {b.broker_id:>9} {b.broker_epoch:>12} {b.start:>12} {b.block_end:>12}")
-    print(f"{len(history)} blocks, {sum(b.length for b in history):,} producer IDs")
-    return 0

@@ -33,7 +33,7 @@ from pathlib import Path
 from pidquota.conf.errors import ConfigError, PidquotaError
 from pidquota.conf.paths import local_path
 from pidquota.store.kafka import with_port
-from pidquota.streaming.outputs.reader import REPORT_FILE
+from pidquota.streaming.outputs.retention import REPORT_FILE
 
 MARKER = "pidquota-source.json"
 OUTPUT_CHILDREN = frozenset({"decisions", "metrics", "dead-letters", "_checkpoint"})

@@ -17,7 +17,7 @@ import pandas as pd
 
 from pidquota.conf.errors import PidquotaError
 from pidquota.observe import report_data as rd
-from pidquota.streaming.outputs.reader import REPORT_FILE
+from pidquota.streaming.outputs.retention import REPORT_FILE
 
 WIDTH_IN, HEIGHT_IN, DPI = 9.0, 3.5, 100  # 900 x 350 px
 MAX_LINES = 8  # users with a line in a plot; the rest are counted in its title

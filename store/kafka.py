@@ -220,3 +220,29 @@ def check_topic(options: dict, topic: str, timeout_ms: int) -> None:
         probe.close()
     if not found:
         raise KafkaError(f"topic {topic!r} does not exist on {options['kafka.bootstrap.servers']}")
+
+
+def output_options(config, input_url: str | None) -> dict | None:
+    """Options for the Kafka writer from the ``pidquota.kafka.*.topic`` settings, or None."""
+    topics = {
+        "decisionsTopic": config["pidquota.kafka.decisions.topic"],
+        "metricsTopic": config["pidquota.kafka.metrics.topic"],
+        "deadLettersTopic": config["pidquota.kafka.dead.letters.topic"],
+    }
+    topics = {k: v for k, v in topics.items() if v}
+    if not topics:
+        return None
+    bootstrap = None
+    for key, value in topics.items():
+        if value.startswith("kafka://"):
+            url = KafkaUrl.parse(value)
+            if bootstrap not in (None, url.bootstrap):
+                raise PidquotaError("all output topics must be on one Kafka cluster")
+            bootstrap, topics[key] = url.bootstrap, url.topic
+    if bootstrap is None:
+        if input_url is None:
+            raise PidquotaError(
+                "an output topic given by name needs a Kafka input; with a file input use kafka://HOST[:PORT]/TOPIC"
+            )
+        bootstrap = KafkaUrl.parse(input_url).bootstrap
+    return {"kafka.bootstrap.servers": bootstrap, **security_options(config), **topics}

@@ -220,3 +220,26 @@ class RedisQuotas:
                 self._generation,
                 len(self._quotas),
             )
+
+
+def quota_source(config):
+    """What ``pidquota run`` enforces from its settings: the quota file, or live quotas from Redis
+    plus the fenced publisher of throttle state (None when publishing is off or there is no Redis)."""
+    from pidquota.quota import QuotaSettings, StaticQuotas
+
+    url = config["pidquota.redis.url"]
+    if not url:
+        return StaticQuotas.from_file(config.quotas_path()), None
+    from pidquota.store.client import auth_kwargs, connect_config
+    from pidquota.store.decisions import DecisionStore
+    from pidquota.store.sink import RedisPublisher
+
+    client = connect_config(config)  # at start-up: a Redis that is not there is an error now
+    prefix = config["pidquota.redis.prefix"]
+    store = RedisQuotaStore(client, prefix)
+    quotas = RedisQuotas.load(store, url, auth_kwargs(config), config["pidquota.quota.refresh.ms"])
+    if not config["pidquota.redis.publish.decisions"]:
+        return quotas, None
+    window_ms = QuotaSettings.from_config(config).window_ms
+    shadow = config["pidquota.mode"] == "shadow"
+    return quotas, RedisPublisher(DecisionStore(client, prefix, shadow), quotas, window_ms)

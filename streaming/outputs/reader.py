@@ -12,8 +12,6 @@ import pandas as pd
 
 from pidquota.streaming.columns import OUTPUTS
 
-REPORT_FILE = "report.html"  # where `pidquota report OUTPUT` writes by default: pidquota's too
-
 
 def output_files(out: str | Path, name: str) -> list[Path]:
     """The files of one output (``decisions``, ``metrics`` or ``dead-letters``), oldest batch first:

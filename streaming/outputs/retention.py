@@ -25,6 +25,7 @@ import os
 import re
 from pathlib import Path
 
+REPORT_FILE = "report.html"  # where `pidquota report OUTPUT` writes by default: pidquota's too
 _NAME = re.compile(r"^(?:part-(\d+)|roll-(\d+)-(\d+))\.jsonl$")
 
 

@@ -6,7 +6,9 @@ import time
 import pytest
 from conftest import run_cli
 
-from pidquota.cli.main import _first_line, _Signals, _wait, main
+from pidquota.cli.main import main
+from pidquota.cli.run import _first_line
+from pidquota.cli.signals import Signals, wait
 from pidquota.conf.errors import PidquotaError
 
 
@@ -214,9 +216,9 @@ class _SlowStart:
 
 def test_the_duration_counts_from_the_first_progress_report():
     """``--duration 25s`` on a cluster whose first batch took 24 s once ended with 0 batches."""
-    query, signals = _SlowStart(warm=1.5), _Signals()
+    query, signals = _SlowStart(warm=1.5), Signals()
     try:
-        assert _wait(query, 0.5, signals) is None
+        assert wait(query, 0.5, signals) is None
     finally:
         signals.restore()
     assert 2.0 <= query.stopped_at < 4.0  # not at 0.5 s, the query's own start plus 0.5

@@ -21,7 +21,8 @@ import pytest
 import tomllib
 import yaml
 
-from pidquota.cli.main import _parser, _run_overrides
+from pidquota.cli.main import parser as _parser
+from pidquota.cli.run_plan import run_overrides as _run_overrides
 from pidquota.conf.errors import PidquotaError
 from pidquota.conf.loader import load
 from pidquota.conf.settings import SETTINGS

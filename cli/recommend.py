@@ -1,5 +1,4 @@
-"""``pidquota recommend`` and ``pidquota report``: the commands that look at traffic and at a
-run's output, rather than enforce (``cli/main.py`` is the command line's entry)."""
+"""``pidquota recommend``: quotas suggested from observed traffic, and what they would have throttled."""
 
 from __future__ import annotations
 
@@ -8,18 +7,14 @@ import sys
 from pathlib import Path
 
 from pidquota.cli import preflight
+from pidquota.cli.common import add_config_flags
 from pidquota.conf.errors import PidquotaError
 from pidquota.conf.loader import load, parse_overrides
 from pidquota.quota import QuotaSettings, StaticQuotas
 from pidquota.store.kafka import KafkaUrl
 
 
-def add_parsers(sub) -> None:
-    _add_recommend_parser(sub)
-    _add_report_parser(sub)
-
-
-def _add_recommend_parser(sub) -> None:
+def add_parser(sub) -> argparse.ArgumentParser:
     rec = sub.add_parser(
         "recommend",
         help="suggest producer_ids_rate quotas from recorded traffic, and what-if candidate quotas",
@@ -56,13 +51,11 @@ def _add_recommend_parser(sub) -> None:
         help="write a pidquota configs script (the <default>, and each user whose suggestion is above "
         "it) to FILE, or to stdout (the table then goes to stderr); it applies nothing by itself",
     )
-    rec.add_argument("--config", metavar="FILE", help=".properties file (default: conf/pidquota.properties)")
-    rec.add_argument(
-        "--set", metavar="KEY=VALUE", action="append", default=[], help="override a setting (repeatable)"
-    )
+    add_config_flags(rec)
+    return rec
 
 
-def run_recommend(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """``pidquota recommend``: every flag is checked before the input is read."""
     from pidquota.recommend import stats as rec
     from pidquota.recommend.rules import check_headroom, check_share
@@ -144,27 +137,3 @@ def _emit_configs(rec, usage, default, target: str) -> None:
     except OSError as exc:
         raise PidquotaError(f"cannot write {target}: {exc.strerror or exc}") from None
     print(f"pidquota: wrote {target}; nothing applied. Review it, then run: sh {target}", file=sys.stderr)
-
-
-def _add_report_parser(sub) -> None:
-    report = sub.add_parser(
-        "report",
-        help="write one self-contained HTML report (plots and tables) of a run's output folder",
-        description="Read a run's output folder and write one HTML file: per-user rate against the quota, "
-        "throttles and tokens over event time, the top offenders, dead letters by reason. "
-        "Needs matplotlib: pip install 'pidquota[report]'.",
-    )
-    report.add_argument("out_dir", metavar="OUT_DIR", help="the run's output folder (its --output)")
-    report.add_argument(
-        "--html", metavar="FILE", help="where to write the report (default: OUT_DIR/report.html)"
-    )
-
-
-def run_report(args: argparse.Namespace) -> int:
-    """``pidquota report``: the HTML report of a run's output folder, and its per-user summary."""
-    from pidquota.observe import report
-
-    path, summary = report.write_report(args.out_dir, args.html)
-    print(summary)
-    print(f"pidquota: wrote {path} ({path.stat().st_size // 1024} KiB)")
-    return 0
