@@ -26,7 +26,7 @@ EXAMPLES_TEXT = """examples:
   pidquota recommend --input events/ --what-if conf/quotas.json
   pidquota report out
 
-'pidquota COMMAND --help' tells more; the README has the whole story."""
+'pidquota COMMAND --help' tells more; the README and docs/ have the whole story."""
 
 
 def version() -> str:

@@ -79,7 +79,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def _add_rollout_flags(run) -> None:
-    """``pidquota run``'s shadow mode and cold start (README: "Rolling out quotas")."""
+    """``pidquota run``'s shadow mode and cold start (docs/rollout.md)."""
     run.add_argument(
         "--shadow",
         action="store_true",

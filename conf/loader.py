@@ -212,7 +212,7 @@ def render_properties() -> str:
 
 
 def render_markdown() -> str:
-    """The README's settings table (between its ``settings`` markers; scripts/regen-docs)."""
+    """docs/configuration.md's settings table (between its ``settings`` markers; scripts/regen-docs)."""
     rows = ["| key | default | what it does |", "|---|---|---|"]
     rows += [f"| `{s.name}` | `{s.shown_default}` | {s.doc} |" for s in SETTINGS]
     return "\n".join(rows) + "\n"

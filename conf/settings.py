@@ -26,7 +26,7 @@ class Setting:
 
     @property
     def shown_default(self) -> str:
-        """The default as a properties file (and the README) writes it."""
+        """The default as a properties file (and docs/configuration.md) writes it."""
         if isinstance(self.default, bool):
             return str(self.default).lower()
         return repr(self.default) if isinstance(self.default, str) else str(self.default)

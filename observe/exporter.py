@@ -2,7 +2,7 @@
 
 The sink hands every batch's rows to :meth:`Exporter.observe_batch`, and the
 CLI's wait loop hands Spark's progress to :meth:`Exporter.observe_progress`.
-Spark-free: the clock is a parameter. Names and meanings are in the README
+Spark-free: the clock is a parameter. Names and meanings are in docs/observability.md
 ("Prometheus metrics").
 
 Counters count what this process has seen, so a restart starts them from 0,

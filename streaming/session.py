@@ -12,7 +12,7 @@
   else the interpreter running pidquota (in local mode a fresh virtualenv just
   works; on a cluster that path must exist on every node).
 * **State store.** ``pidquota.state.store``: Spark's HDFS-backed store or RocksDB
-  with changelog checkpointing (the README's table measures both).
+  with changelog checkpointing (docs/cluster.md's table measures both).
 * **Logs.** Spark logs through ``conf/log4j2.properties`` at
   ``pidquota.log.level`` (WARN), without the routine lines of every start. A
   log4j2 configuration of the user's own is left alone.

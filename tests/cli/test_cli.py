@@ -4,7 +4,7 @@ import json
 import time
 
 import pytest
-from conftest import run_cli
+from harness.cli import run_cli
 
 from pidquota.cli.main import main
 from pidquota.cli.run import _first_line
@@ -45,6 +45,7 @@ def test_bad_quota_value_names_the_entity(tmp_path, capsys):
     assert "producer_ids_rate for 'User:x' must be a positive number, got -3" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_missing_java_is_a_clear_error(tmp_path):
     (tmp_path / "e.jsonl").write_text("{}\n")
     r = run_cli("run", "--input", str(tmp_path), "--once", env={"JAVA_HOME": "/nonexistent-jdk"})
@@ -67,6 +68,7 @@ def test_first_line_of_a_wrapped_python_error():
     )
 
 
+@pytest.mark.e2e
 def test_run_once_round_trip_through_the_cli(tmp_path):
     events = tmp_path / "events.jsonl"
     events.write_text(

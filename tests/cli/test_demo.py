@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from pidquota.conf.loader import DEFAULT_QUOTAS
 from pidquota.quota import StaticQuotas
 from pidquota.streaming.sources.demo import DemoStreamReader
@@ -50,6 +52,7 @@ def test_demo_reader_streams_the_generator_and_resumes_where_it_stopped():
     assert first + second == gen.events(start["t"] + 60_000)[1]
 
 
+@pytest.mark.e2e
 def test_pidquota_run_with_no_arguments_shows_throttling(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "pidquota", "run", "--duration", "30"],

@@ -157,14 +157,13 @@ def test_status_command_answers_in_event_time(redis_client, redis_server, capsys
 def test_live_quota_change_applies_within_a_trigger_and_status_answers(
     spark, tmp_path, redis_server, redis_client
 ):
-    from tests_helpers import read_output
-
     from pidquota.conf.loader import load
     from pidquota.quota import QuotaSettings
     from pidquota.store.decisions import DecisionStore, StatusClient
     from pidquota.store.quotas import RedisQuotas, RedisQuotaStore
     from pidquota.store.sink import RedisPublisher
     from pidquota.streaming import query as q
+    from pidquota.streaming.outputs.reader import read_output
     from pidquota.streaming.outputs.sink import JsonlSink
 
     store = RedisQuotaStore(redis_client)

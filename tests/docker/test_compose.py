@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker" / "compose.yaml"
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-README = (ROOT / "README.md").read_text()
+# The README and the pages under docs/: wherever the stack's command lines are documented.
+DOCS = "\n".join(path.read_text() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
 PIDQUOTA_IMAGE = f"{PYPROJECT['project']['name']}:{PYPROJECT['project']['version']}"
 SETTING_ENV = {s.env_var: s.name for s in SETTINGS}
 REDIS_PORT = 6379
@@ -554,11 +555,12 @@ def test_every_check_is_exercised_by_a_breakage():
     assert {c.__name__ for c, _, _ in BREAKAGES} == {c.__name__ for c in CHECKS}
 
 
-# -- the README -------------------------------------------------------------------------
+# -- the README and docs/ -----------------------------------------------------------------
 
 
 def readme_compose_commands() -> list[list[str]]:
-    text = README.replace("\\\n", " ")
+    """Every `docker compose` command line of README.md and docs/*.md."""
+    text = DOCS.replace("\\\n", " ")
     return [
         shlex.split(line.strip(), comments=True)
         for line in text.splitlines()

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from dashboard import (
+from harness.dashboard import (
     DASHBOARD,
     METRIC_NAMES,
     PER_USER_METRICS,
@@ -34,7 +34,7 @@ from dashboard import (
     panels,
     substitute,
 )
-from dashboard import load as load_dashboard
+from harness.dashboard import load as load_dashboard
 from test_compose import (
     COMPOSE_FILE,
     argv,

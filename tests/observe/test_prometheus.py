@@ -15,10 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Prometheus, free_port
-from dashboard import DASHBOARD, panel_queries
+from harness.dashboard import DASHBOARD, panel_queries
+from harness.ports import free_port
+from harness.prometheus import Prometheus
 
 from pidquota.cli import main as cli
+
+pytestmark = [pytest.mark.e2e, pytest.mark.prometheus]
 
 FILES = 6
 DEAD = ['{"principal": "User:x", "producer_id": "5", "timestamp": 1}', "not json at all"]

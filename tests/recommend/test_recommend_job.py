@@ -69,7 +69,7 @@ def test_the_suggested_quotas_throttle_no_well_behaved_user(spark, generated, co
 
 
 def test_a_what_if_with_the_quota_file_is_the_enforcers_own_count(spark, generated, config, tmp_path):
-    from conftest import Enforcer
+    from harness.enforcer import Enforcer
 
     path, _ = generated
     quotas = dict(StaticQuotas.from_file("conf/quotas.json").snapshot())

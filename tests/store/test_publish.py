@@ -260,8 +260,9 @@ def test_keys_carry_the_prefix_as_a_hash_tag():
             Keys(bad)
 
 
+@pytest.mark.redis
 def test_an_outage_never_stops_publishing_and_catches_up_with_the_newest_state(tmp_path, query_id, caplog):
-    from conftest import start_redis
+    from harness.redis import start_redis
 
     proc, port = start_redis(tmp_path)
     url = f"redis://127.0.0.1:{port}/0"

@@ -54,8 +54,9 @@ def test_alter_validates_and_delete_removes(redis_client):
     assert store.describe("User:a") == {} and store.entities() == [] and store.version() == v0 + 2
 
 
+@pytest.mark.redis
 def test_enforcer_reader_reloads_only_on_change_and_survives_redis_outage(tmp_path):
-    from conftest import start_redis
+    from harness.redis import start_redis
 
     proc, port = start_redis(tmp_path)
     url = f"redis://127.0.0.1:{port}/0"
@@ -89,8 +90,9 @@ def test_reader_checks_redis_at_most_every_refresh_interval(redis_client, redis_
     assert [reader.snapshot()["User:a"] for _ in range(100)] == [1] * 100  # cached: no per-event reads
 
 
+@pytest.mark.redis
 def test_auth_with_password_and_acl_user(tmp_path):
-    from conftest import start_redis
+    from harness.redis import start_redis
 
     acl = ("--requirepass", "hunter2", "--user", "pq", "on", ">s3cret", "~{pidquota}:*", "+@all")
     proc, port = start_redis(tmp_path, *acl)

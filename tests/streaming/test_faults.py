@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import read_output
+
+from pidquota.streaming.outputs.reader import read_output
 
 FILES = 24
 QUOTAS = {"<default>": 30, "User:vip": 500}
@@ -110,6 +111,7 @@ def _frames(out: Path) -> dict[str, pd.DataFrame]:
     return frames
 
 
+@pytest.mark.e2e
 def test_kill_9_and_ctrl_c_mid_run_then_restart_equals_an_uninterrupted_run(tmp_path, redis_server):
     import redis
 

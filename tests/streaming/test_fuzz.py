@@ -25,7 +25,7 @@ def corpus():
 
 @pytest.fixture(scope="module")
 def alone(corpus, spark, tmp_path_factory):
-    from conftest import Enforcer
+    from harness.enforcer import Enforcer
 
     events, _ = corpus
     return Enforcer(spark, tmp_path_factory.mktemp("alone"), QUOTAS).run(events)["decisions"]

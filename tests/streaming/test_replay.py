@@ -57,7 +57,7 @@ def fleet_throttled(decisions: pd.DataFrame, since: int) -> int:
 
 @pytest.fixture(scope="module")
 def runs(kafka, spark, tmp_path_factory):
-    from conftest import Enforcer
+    from harness.enforcer import Enforcer
 
     gen = TrafficGenerator(seed=5, rate=5, mix=validate_mix(MIX, "the cold-start mix"))
     times, lines, keys = gen.keyed_events(gen.start_ms + 3 * W)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import read_output
+from pidquota.streaming.outputs.reader import read_output
 
 PRINCIPAL = "User:crash-loop"
 T0 = 1_767_225_600_000

@@ -66,7 +66,7 @@ def test_the_packaged_entry_script_runs_pidquota_from_the_zip_alone(tmp_path):
         "from pidquota.conf.loader import load; import pidquota.cli.main, pidquota.streaming.ship as s; "
         "c = load(environ={}); print(c['pidquota.state.buckets'], c.quotas_path().is_file(), s.shipped())"
     )
-    npp = ROOT / "tests" / "no_project_python.py"
+    npp = ROOT / "tests" / "harness" / "no_project_python.py"
     out = subprocess.run(
         [sys.executable, str(npp), "-c", probe, str(dist / "pidquota.zip")], capture_output=True, text=True
     )
@@ -140,7 +140,7 @@ def test_spark_defaults_conf_is_read_as_java_properties():
 
 
 def test_a_spark_master_that_does_not_answer_is_one_line(monkeypatch):
-    from conftest import free_port
+    from harness.ports import free_port
 
     port = free_port()
     with pytest.raises(

@@ -1,8 +1,8 @@
 """pidquota on a real Spark standalone cluster (a master and two 1-core workers on the
-loopback interface, from the installed pyspark), the ways the README documents.
+loopback interface, from the installed pyspark), the ways docs/cluster.md documents.
 
 The executors' Python cannot import pidquota from this checkout
-(``tests/no_project_python.py``), so every run here proves that the code was
+(``tests/harness/no_project_python.py``), so every run here proves that the code was
 shipped: by ``spark-submit --py-files`` with what ``pidquota package`` wrote, or
 by ``pidquota run --master`` itself. The input is a generated hour on Kafka
 (pidquota's Python data sources: the Kafka source on the executors, the Kafka
@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import read_output
-from conftest import run_cli as cli
+from harness.cli import run_cli as cli
+
+from pidquota.streaming.outputs.reader import read_output
 
 EVENTS_PER_BATCH = "10000"  # about 5 batches of the generated hour
 
@@ -98,7 +99,7 @@ def local_run(hour, dist, tmp_path_factory):
     """The same input in local mode, through spark-submit --py-files with a Python that cannot
     import the checkout, and with the HDFS-backed state store: what every cluster run (on
     RocksDB, the default) must decide."""
-    from conftest import no_project_python
+    from harness.spark_cluster import no_project_python
 
     tmp = tmp_path_factory.mktemp("local")
     args = run_args(hour, tmp / "out", "--set", "pidquota.state.store=hdfs")

@@ -10,7 +10,9 @@ import json
 import logging
 import time
 
-from conftest import read_output, start_redis
+from harness.redis import start_redis
+
+from pidquota.streaming.outputs.reader import read_output
 
 PRINCIPAL = "User:o"
 

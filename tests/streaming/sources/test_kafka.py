@@ -104,7 +104,7 @@ def test_malformed_records_go_to_the_dead_letter_topic(kafka, make_enforcer, tmp
 
 
 def test_broker_stopped_mid_run_fails_clearly_and_a_rerun_loses_nothing(make_enforcer, tmp_path, spark):
-    from conftest import Tansu
+    from harness.kafka import Tansu
 
     broker = Tansu(tmp_path, gated=True)
     broker.start()

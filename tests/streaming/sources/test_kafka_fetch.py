@@ -158,8 +158,9 @@ def test_output_schema_and_batch_size(kafka, monkeypatch):
     assert [v for b in batches for v in b.column("value").to_pylist()] == [f"r{i}" for i in range(250)]
 
 
+@pytest.mark.kafka
 def test_a_broker_that_stops_answering_fails_the_read_clearly_then_it_resumes(tmp_path):
-    from conftest import Tansu
+    from harness.kafka import Tansu
 
     broker = Tansu(tmp_path, gated=True)
     broker.start()

@@ -5,7 +5,7 @@ It is this interpreter (with pyspark, pandas, pyarrow... installed) minus the
 project's editable install (its import finder) and minus the checkout on sys.path.
 Spark runs ``PYTHON -c CODE`` (its version) and ``PYTHON [-u] -m MODULE ARGS`` (its
 workers); that is all it handles.
-Run without arguments, it fails if pidquota is importable. :func:`conftest.no_project_python`
+Run without arguments, it fails if pidquota is importable. :func:`harness.spark_cluster.no_project_python`
 writes the executable that runs it.
 """
 
@@ -13,7 +13,7 @@ import runpy
 import sys
 from pathlib import Path
 
-CHECKOUT = str(Path(__file__).resolve().parents[1])
+CHECKOUT = str(Path(__file__).resolve().parents[2])
 sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
 sys.path[:] = [p for p in sys.path if p not in ("", ".", CHECKOUT) and not p.startswith(CHECKOUT + "/")]
 sys.path_importer_cache.clear()

@@ -1,0 +1,1 @@
+"""The ``pidquota`` command line: the top layer, one module per command."""

@@ -1,0 +1,53 @@
+"""``pidquota blocks``: the KIP-730 PID block allocation history, and the block store that
+``pidquota generate`` shares."""
+
+from __future__ import annotations
+
+import argparse
+
+from pidquota.cli.common import add_config_flags
+from pidquota.conf.loader import Config, load, parse_overrides
+from pidquota.traffic.blocks import BlockStore, FileBlockStore, RedisBlockStore
+
+DEFAULT_BLOCKS = "pidquota-blocks.json"
+
+
+def settings(args: argparse.Namespace) -> Config:
+    """The validated settings (``--config``, ``PIDQUOTA_*``, ``--set``): Redis AUTH, TLS and prefix,
+    and the Kafka security settings, apply to the generator as they do to the enforcer."""
+    return load(args.config, parse_overrides(args.set))
+
+
+def block_store(args: argparse.Namespace) -> BlockStore:
+    if args.redis:
+        from pidquota.store.client import connect_config
+        from pidquota.store.keys import Keys
+
+        config = settings(args)
+        client = connect_config(config, args.redis)
+        return RedisBlockStore(client, Keys(config["pidquota.redis.prefix"]).pid_blocks)
+    return FileBlockStore(args.blocks)
+
+
+def add_block_store_flags(p) -> None:
+    """Where the KIP-730 blocks are kept: a file, or Redis; and the settings flags."""
+    p.add_argument("--blocks", default=DEFAULT_BLOCKS, metavar="FILE", help="block store file (%(default)s)")
+    p.add_argument(
+        "--redis", metavar="URL", help="keep blocks in Redis instead, e.g. redis://localhost:6379/0"
+    )
+    add_config_flags(p)
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    blocks = sub.add_parser("blocks", help="print the KIP-730 PID block allocation history")
+    add_block_store_flags(blocks)
+    return blocks
+
+
+def run(args: argparse.Namespace) -> int:
+    history = block_store(args).history()
+    print(f"{'#':>5} {'broker_id':>9} {'broker_epoch':>12} {'start':>12} {'block_end':>12}")
+    for i, b in enumerate(history):
+        print(f"{i:>5} {b.broker_id:>9} {b.broker_epoch:>12} {b.start:>12} {b.block_end:>12}")
+    print(f"{len(history)} blocks, {sum(b.length for b in history):,} producer IDs")
+    return 0

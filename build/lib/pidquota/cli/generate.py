@@ -1,0 +1,138 @@
+"""``pidquota generate``: realistic produce-request events, to a file or a Kafka topic."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from pidquota.cli.blocks import add_block_store_flags, block_store, settings
+from pidquota.conf.durations import EXAMPLES, parse_duration_ms
+from pidquota.conf.errors import ConfigError
+from pidquota.traffic.generator import DEFAULT_START_MS, TrafficGenerator
+from pidquota.traffic.mixes import MIXES
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    gen = sub.add_parser(
+        "generate",
+        help="write realistic produce-request events",
+        description="Simulate a Kafka cluster's producers (KIP-730 PID blocks, KIP-360 epochs, rogue "
+        "clients) and write their produce-request events as JSON lines.",
+    )
+    gen.add_argument("--duration", default="1h", help=f"event time to generate: {EXAMPLES} (%(default)s)")
+    gen.add_argument("--seed", type=int, default=7, help="random seed: same seed, same events (%(default)s)")
+    gen.add_argument("--brokers", type=int, default=6, help="brokers in the cluster (%(default)s)")
+    gen.add_argument("--mix", default="default", help=f"a named mix ({', '.join(MIXES)}) or a JSON mix file")
+    gen.add_argument(
+        "--rate", type=float, default=200.0, help="requests/s of event time from the well-behaved producers"
+    )
+    target = gen.add_mutually_exclusive_group(required=True)
+    target.add_argument("--output", metavar="FILE.jsonl", help="write the events to this file")
+    target.add_argument(
+        "--to", metavar="URL", help="produce the events to kafka://HOST:PORT/TOPIC, keyed by principal"
+    )
+    gen.add_argument(
+        "--summary",
+        metavar="FILE",
+        help="per-principal summary (default: OUTPUT.summary.json; with --to: stderr only)",
+    )
+    gen.add_argument(
+        "--start", type=int, default=DEFAULT_START_MS, help="first event time, ms since the epoch"
+    )
+    gen.add_argument(
+        "--speed", type=float, help="pace: event time this many times faster than the wall clock"
+    )
+    add_block_store_flags(gen)
+    return gen
+
+
+def run(args: argparse.Namespace) -> int:
+    duration = parse_duration_ms(args.duration)
+    if args.speed is not None and args.speed <= 0:
+        raise ConfigError(f"--speed must be > 0, got {args.speed}")
+    gen = TrafficGenerator(
+        seed=args.seed,
+        brokers=args.brokers,
+        mix=args.mix,
+        rate=args.rate,
+        start_ms=args.start,
+        store=block_store(args),
+    )
+    chunk_ms = 10_000 if args.speed else 60_000
+    wall0 = time.monotonic()
+    with _EventSink(args) as sink:
+        for lines, keys in gen.keyed_chunks(duration, chunk_ms=chunk_ms):
+            sink.write(lines, keys)
+            if args.speed:
+                sink.flush()
+                ahead = (gen.now_ms - gen.start_ms) / args.speed / 1000 - (time.monotonic() - wall0)
+                if ahead > 0:
+                    time.sleep(ahead)
+    count = sink.count
+    summary = {"events": count, "seed": args.seed, "duration_ms": duration, **gen.summary()}
+    summary_path = Path(args.summary) if args.summary else None
+    if summary_path is None and args.output:
+        summary_path = Path(args.output).with_name(Path(args.output).name + ".summary.json")
+    if summary_path is not None:
+        summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    secs = time.monotonic() - wall0
+    where = args.output or args.to
+    print(
+        f"pidquota: wrote {count:,} events to {where} in {secs:.1f} s; summary in {summary_path or '-'}",
+        file=sys.stderr,
+    )
+    for principal, s in summary["principals"].items():
+        print(
+            f"  {principal:<24} {s['behaviour']:<14} {s['distinct_pids']:>7} PIDs {s['events']:>10,} events",
+            file=sys.stderr,
+        )
+    return 0
+
+
+class _EventSink:
+    """JSON lines to a file, or records to a Kafka topic keyed by principal."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args, self.count = args, 0
+        self._file = self._producer = None
+
+    def __enter__(self) -> _EventSink:
+        if self.args.output:
+            out = Path(self.args.output)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            self._file = out.open("w", encoding="utf-8")
+        else:
+            from pidquota.store.kafka import KafkaUrl, producer, security_options
+
+            url = KafkaUrl.parse(self.args.to)
+            self.topic = url.topic
+            options = {"kafka.bootstrap.servers": url.bootstrap, **security_options(settings(self.args))}
+            self._producer = producer(options, client_id="pidquota-generate")
+        return self
+
+    def write(self, lines: list[str], keys: list[str]) -> None:
+        if not lines:
+            return
+        if self._file is not None:
+            self._file.write("\n".join(lines))
+            self._file.write("\n")
+        else:
+            for line, key in zip(lines, keys, strict=True):
+                self._producer.send(self.topic, key=key.encode(), value=line.encode())
+        self.count += len(lines)
+
+    def flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+        else:
+            self._producer.flush()
+
+    def __exit__(self, *exc) -> None:
+        if self._file is not None:
+            self._file.close()
+        if self._producer is not None:
+            self._producer.flush()
+            self._producer.close()

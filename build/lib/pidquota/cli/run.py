@@ -1,0 +1,278 @@
+"""``pidquota run``: the enforcer. With no ``--input``, the embedded demo (no Kafka, no Redis);
+``pidquota run --input PATH --output DIR --once`` enforces quotas on JSON-lines files and exits."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+import sys
+
+from pidquota.cli import preflight, run_plan
+from pidquota.cli.common import add_config_flags
+from pidquota.cli.signals import Signals, wait
+from pidquota.conf.durations import EXAMPLES, parse_duration_ms
+from pidquota.conf.errors import PidquotaError
+from pidquota.quota import QuotaSettings
+from pidquota.store.kafka import KafkaUrl
+
+DEMO_SPEED = 60.0
+
+
+TABLE_ROWS = 20  # users in the live table of a real input (throttled first)
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    run = sub.add_parser(
+        "run",
+        help="run the enforcer (the demo when no --input is given)",
+        description="Run the producer-ID quota enforcer. Without --input: the embedded demo.",
+    )
+    run.add_argument(
+        "--input",
+        metavar="PATH|URL",
+        help="JSON-lines file or folder, or kafka://HOST[:PORT]/TOPIC (port 9092 unless given; default: demo)",
+    )
+    run.add_argument("--output", metavar="DIR", default="pidquota-out", help="output folder (%(default)s)")
+    run.add_argument(
+        "--once", action="store_true", help="process everything available, then exit (needs --input)"
+    )
+    run.add_argument(
+        "--quotas", metavar="FILE", help="JSON quota file (default: conf/quotas.json; not with --quota-store)"
+    )
+    add_config_flags(run)
+    run.add_argument(
+        "--checkpoint",
+        metavar="DIR|URI",
+        help="checkpoint folder (default: OUTPUT/_checkpoint); on a cluster, one every node shares",
+    )
+    run.add_argument(
+        "--master",
+        metavar="URL",
+        help="Spark master, e.g. spark://HOST:7077 (pidquota ships its code to the executors); "
+        "default: spark-submit's, else pidquota.spark.master",
+    )
+    run.add_argument(
+        "--duration",
+        metavar="DURATION",
+        help="stop after this long (wall time, from the first micro-batch's end, so start-up does "
+        f"not count; with --once, whichever ends first): {EXAMPLES}",
+    )
+    run.add_argument(
+        "--speed", type=float, help=f"demo only: event time per wall time (default {DEMO_SPEED:g})"
+    )
+    run.add_argument(
+        "--prometheus-port",
+        metavar="PORT",
+        type=int,
+        help=f"serve Prometheus metrics at http://HOST:PORT/metrics (the demo: {run_plan.DEMO_PROMETHEUS_PORT})",
+    )
+    run.add_argument(
+        "--fresh",
+        action="store_true",
+        help="delete OUTPUT (and a --checkpoint outside it) first and start from scratch; "
+        "refused unless it looks like pidquota output",
+    )
+    _add_rollout_flags(run)
+    _add_kafka_flags(run)
+    return run
+
+
+def _add_rollout_flags(run) -> None:
+    """``pidquota run``'s shadow mode and cold start (docs/rollout.md)."""
+    run.add_argument(
+        "--shadow",
+        action="store_true",
+        help="compute and write everything, marked mode=shadow, but publish no throttles where "
+        "brokers look (Redis gets a separate shadow: key space)",
+    )
+    replay = run.add_mutually_exclusive_group()
+    replay.add_argument(
+        "--replay-until",
+        metavar="TS",
+        help="events before TS (epoch ms, or now) only rebuild state: marked replay=true, never "
+        "published; a new Kafka checkpoint starts W + W/layer.count before TS",
+    )
+    replay.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="--replay-until now: the way to start on a topic that already holds traffic",
+    )
+
+
+def _add_kafka_flags(run) -> None:
+    """``pidquota run``'s Kafka and Redis flags."""
+    run.add_argument(
+        "--starting-offsets",
+        metavar="WHERE",
+        help="Kafka input, new query: earliest (default), latest, a timestamp in ms, or a JSON offset map",
+    )
+    for kind in ("decisions", "metrics", "dead-letters"):
+        run.add_argument(
+            f"--{kind}-topic",
+            metavar="TOPIC|URL",
+            help=f"also send {kind.replace('-', ' ')} to this Kafka topic (a name on the input's cluster, "
+            "or kafka://HOST[:PORT]/TOPIC)",
+        )
+    run.add_argument(
+        "--quota-store",
+        metavar="URL",
+        help="read quotas live from Redis (redis://HOST:PORT/DB) instead of a file",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """``pidquota run``; Ctrl-C and SIGTERM stop it gracefully from the first moment."""
+    signals = Signals().install()
+    try:
+        with contextlib.ExitStack() as cleanup:
+            return _run(args, signals, cleanup)
+    finally:
+        signals.restore()
+
+
+def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitStack) -> int:
+    plan = run_plan.plan(args, cleanup)
+    config, checkpoint = plan.config, plan.checkpoint
+    speed = DEMO_SPEED if args.speed is None else args.speed
+    from pidquota.streaming import query as q
+    from pidquota.streaming.session import spark_session
+
+    spark = spark_session(config, args.master)
+    signals.install()  # again: PySpark's SparkContext put its own SIGINT handler in place
+    if signals.exit_code is not None:  # stopped while Spark was starting
+        return signals.exit_code
+    # once Java is there: a failed start leaves no trace
+    buckets, store = config["pidquota.state.buckets"], config["pidquota.state.store"]
+    preflight.write_marker(checkpoint, plan.reads, buckets, store, plan.replay_ms)
+    lines = _lines(spark, args, config, plan.kafka_input, checkpoint, speed, str(signals.flag))
+    print(run_plan.banner(args, config, checkpoint, speed, plan.replay_ms))
+    table = _table(args, config)
+    summed = args.once or args.duration is not None or plan.demo
+    sink, summary = _sink(plan, table and table.update, summed)
+    output = q.enforcer(lines, config, plan.quotas, replay_until=plan.replay_ms)
+    query = q.start(output, sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"])
+    duration_s = None if args.duration is None else parse_duration_ms(args.duration) / 1000
+    error = wait(query, duration_s, signals, _progress_observers(config, args.once, plan.exporter))
+    if error is not None:
+        raise PidquotaError(f"the streaming query failed: {_first_line(error)}")
+    if table is not None:
+        table.flush()
+    _say_end(args, plan, sink.totals, summary)
+    return signals.exit_code or 0
+
+
+def _sink(plan: run_plan.Plan, on_batch, summed: bool):
+    """The sink, with every observer of its batches: the table, the exporter, and if ``summed``
+    the end's summary (it keeps each user's new PIDs: only for --once, --duration and the demo,
+    not for a production run without an end)."""
+    from pidquota.observe.report_data import RunSummary
+    from pidquota.streaming.outputs.sink import JsonlSink
+
+    summary = RunSummary() if summed else None
+    observers = [f for f in (on_batch, plan.exporter and plan.exporter.observe_batch) if f]
+    if summary is not None:
+        observers.append(lambda batch_id, frames: summary.add(frames))
+    sink = JsonlSink(
+        plan.out,
+        on_batch=_each(observers),
+        kafka=plan.kafka_out,
+        publish=plan.publish,
+        replay_until=plan.replay_ms,
+        mode=plan.config["pidquota.mode"],
+        roll_ms=plan.config["pidquota.output.roll.ms"],
+        retention_ms=plan.config["pidquota.output.retention.ms"],
+    )
+    return sink, summary
+
+
+def _say_end(args: argparse.Namespace, plan: run_plan.Plan, totals, summary) -> None:
+    """The run's last lines: who was throttled, and what was written where."""
+    if totals.batches == 0 and not plan.demo:
+        print(
+            f"pidquota: nothing new since the checkpoint ({plan.checkpoint})"
+            if plan.resumed
+            else f"pidquota: read nothing from {args.input}",
+            file=sys.stderr,
+        )
+    shadow = " (SHADOW: computed, not published)" if plan.config["pidquota.mode"] == "shadow" else ""
+    if totals.batches and summary is not None:
+        print(f"pidquota: this run's users{shadow}:\n" + summary.render())
+    elif totals.batches:
+        print(f"pidquota: who was throttled{shadow}: pidquota report {args.output}")
+    print(
+        f"pidquota: {totals.batches} batch{'es' if totals.batches != 1 else ''}; wrote "
+        f"{totals.rows['decisions']} decisions, {totals.rows['metrics']} metric rows, "
+        f"{totals.rows['dead-letters']} dead letters under {plan.out}/"
+    )
+
+
+def _lines(
+    spark, args: argparse.Namespace, config, kafka_input: str | None, checkpoint: str, speed: float, stop: str
+):
+    """The input as a stream of lines."""
+    from pidquota.streaming import query as q
+    from pidquota.streaming.sources.kafka.source import KafkaDataSource
+
+    spark.dataSource.register(KafkaDataSource)  # the Kafka source, and the sink's Kafka outputs
+    screen = config["pidquota.principal.max.length"]  # the sources screen their own lines
+    if kafka_input:
+        return q.kafka_source(spark, KafkaUrl.parse(kafka_input), config, stop, screen)
+    if args.input is not None:
+        max_files = config["pidquota.max.events.per.trigger"]
+        return q.file_source(spark, args.input, max_files, checkpoint, stop, screen)
+    from pidquota.streaming import stopping
+    from pidquota.streaming.sources.demo import DemoDataSource
+
+    spark.dataSource.register(DemoDataSource)
+    demo = spark.readStream.format("pidquota-demo").option("speed", speed).option(stopping.OPTION, stop)
+    return demo.load()
+
+
+def _table(args: argparse.Namespace, config):
+    """The live per-user table of a long-running query (None with --once): every user in the
+    demo, the first TABLE_ROWS (throttled first) of a real input."""
+    if args.once:
+        return None
+    from pidquota.observe.table import UserTable
+
+    window_ms = QuotaSettings.from_config(config).window_ms
+    shadow = config["pidquota.mode"] == "shadow"
+    return UserTable(window_ms, shadow=shadow, max_rows=None if args.input is None else TABLE_ROWS)
+
+
+def _each(callbacks: list):
+    """One ``on_batch`` that calls each of ``callbacks`` in turn (None if there are none)."""
+    if not callbacks:
+        return None
+
+    def call(batch_id: int, frames: dict) -> None:
+        for callback in callbacks:
+            callback(batch_id, frames)
+
+    return call
+
+
+def _progress_observers(config, once: bool, exporter) -> list:
+    """What looks at Spark's progress reports while the query runs."""
+    from pidquota.observe.pace import Pace
+
+    observers = [] if once else [Pace(config["pidquota.trigger.interval.ms"]).observe]
+    return observers + ([exporter.observe_progress] if exporter is not None else [])
+
+
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Invalid)): (.+)$")
+
+
+def _first_line(error: BaseException) -> str:
+    """The line of a (Java-wrapped) Python traceback that names the cause."""
+    text = str(getattr(error, "desc", None) or error)
+    found = []
+    for line in text.splitlines():
+        m = _EXCEPTION_LINE.match(line.strip())
+        if m and not m.group(3).rstrip().endswith("(most recent call last):"):
+            found.append(line.strip())
+    ours = [x for x in found if x.startswith(("pidquota.conf.errors.", "PidquotaError", "CorruptStateError"))]
+    if ours or found:
+        return (ours or found)[0]
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__

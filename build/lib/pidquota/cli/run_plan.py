@@ -1,0 +1,200 @@
+"""What ``pidquota run`` settles before Spark starts: the settings in force, the start-up checks
+(``preflight``) in the order that fails fastest, the checkpoint's state store and replay time,
+the Prometheus endpoint, and the banner that says what the run does."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pidquota.cli import preflight
+from pidquota.conf.durations import parse_duration_ms
+from pidquota.conf.errors import PidquotaError
+from pidquota.conf.loader import load, parse_overrides
+from pidquota.conf.paths import local_path
+from pidquota.quota import QuotaSettings
+from pidquota.store.kafka import KafkaUrl, output_options
+from pidquota.store.quotas import quota_source
+
+DEMO_PROMETHEUS_PORT = 9464
+
+
+@dataclass
+class Plan:
+    """What ``pidquota run`` settled before Spark starts."""
+
+    config: object
+    quotas: object
+    publish: object
+    out: Path
+    checkpoint: str
+    kafka_input: str | None
+    kafka_out: dict | None
+    reads: preflight.Source
+    resumed: bool
+    replay_ms: int | None
+    exporter: object
+
+    @property
+    def demo(self) -> bool:
+        return self.reads.kind == "demo"
+
+
+def plan(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> Plan:
+    """Every start-up check, in the order that fails fastest; nothing here starts Spark."""
+    kafka_input = args.input if args.input and args.input.startswith("kafka://") else None
+    preflight.check_flags(args, kafka_input is not None)
+    if args.duration is not None:
+        parse_duration_ms(args.duration)
+    config = load(args.config, run_overrides(args))
+    preflight.check_quotas_flag(args, config)
+    quotas, publish = quota_source(config)
+    out = Path(args.output)
+    checkpoint = config["pidquota.checkpoint.location"] or str(out / "_checkpoint")
+    if kafka_input:
+        KafkaUrl.parse(kafka_input)  # a malformed URL fails now, before Spark starts
+    kafka_out = output_options(config, kafka_input)
+    reads, resumed = _start_up_checks(args, config, out, checkpoint)
+    config = _checkpoint_state_store(config, checkpoint)
+    config, replay_ms = _replay(config, checkpoint, kafka_input is not None)
+    exporter = _exporter(config, args.input is None)
+    if exporter is not None:
+        cleanup.callback(exporter.close)
+    return Plan(
+        config, quotas, publish, out, checkpoint, kafka_input, kafka_out, reads, resumed, replay_ms, exporter
+    )
+
+
+def run_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """``--set`` plus the flags that are shorthands for settings."""
+    overrides = parse_overrides(args.set)
+    flags = {
+        "quotas": "pidquota.quotas.file",
+        "checkpoint": "pidquota.checkpoint.location",
+        "starting_offsets": "pidquota.kafka.starting.offsets",
+        "decisions_topic": "pidquota.kafka.decisions.topic",
+        "metrics_topic": "pidquota.kafka.metrics.topic",
+        "dead_letters_topic": "pidquota.kafka.dead.letters.topic",
+        "quota_store": "pidquota.redis.url",
+        "prometheus_port": "pidquota.prometheus.port",
+        "replay_until": "pidquota.replay.until",
+    }
+    if args.shadow:
+        overrides["pidquota.mode"] = "shadow"
+    if args.rebuild:
+        overrides["pidquota.replay.until"] = "now"
+    for flag, key in flags.items():
+        value = getattr(args, flag)
+        if value is not None and value != "":  # --prometheus-port 0 is given: off
+            overrides[key] = str(value)
+    return overrides
+
+
+def _start_up_checks(
+    args: argparse.Namespace, config, out: Path, checkpoint: str
+) -> tuple[preflight.Source, bool]:
+    """The input is there (a Kafka input's brokers answer), ``--fresh`` deleted what it should,
+    and the checkpoint is this source's. Returns the source and whether the run resumes a
+    checkpoint. A file input's hidden names and files changed since they were read are named
+    on stderr."""
+    reads = preflight.Source.of(args.input)
+    preflight.check_input(reads)
+    if reads.kind == "kafka":
+        preflight.check_kafka(KafkaUrl.parse(args.input), config)
+    preflight.check_local_checkpoint(checkpoint, reads.kind == "file")
+    if args.fresh:
+        preflight.fresh(out, checkpoint)
+    preflight.check_checkpoint(checkpoint, reads, out)
+    preflight.check_output_batches(checkpoint, out)
+    if reads.kind != "file":
+        ckpt = local_path(checkpoint)
+        return reads, ckpt is not None and (ckpt / "offsets").is_dir()
+    from pidquota.streaming.sources.listing import start_up_notes
+
+    notes, resumed = start_up_notes(args.input, checkpoint)
+    for note in notes:
+        print(f"pidquota: {note}", file=sys.stderr)
+    return reads, resumed
+
+
+def _checkpoint_state_store(config, checkpoint: str):
+    """The config with the checkpoint's state store, if it has one and the setting was left
+    at its default (one line says so); a store given otherwise is refused."""
+    key = "pidquota.state.store"
+    store = preflight.check_state_layout(
+        checkpoint, config["pidquota.state.buckets"], config[key], config.given(key)
+    )
+    if store == config[key]:
+        return config
+    print(f"pidquota: the checkpoint keeps its state in {key}={store}; using it", file=sys.stderr)
+    return config.replace(key, store, "checkpoint")
+
+
+def _replay(config, checkpoint: str, kafka_input: bool):
+    """The config and the replay time in force (``streaming/replay.py``). A Kafka input on a new
+    checkpoint starts where the replay must begin, unless --starting-offsets says otherwise."""
+    from pidquota.streaming import replay
+
+    if config[replay.KEY].strip() == "now" and local_path(checkpoint) is None:
+        raise PidquotaError(
+            f"--rebuild (--replay-until now) records its time in the checkpoint, and {checkpoint} is not "
+            "a local folder pidquota can write to; give the time itself: --replay-until EPOCH_MS"
+        )
+    progress = local_path(checkpoint) is not None and preflight.has_progress(local_path(checkpoint))
+    recorded = preflight.recorded_replay(checkpoint)
+    until, note = replay.replay_until(config[replay.KEY], recorded, progress, int(time.time() * 1000))
+    if note:
+        print(f"pidquota: {note}", file=sys.stderr)
+    offsets = "pidquota.kafka.starting.offsets"
+    if until is not None and kafka_input and not progress and not config.given(offsets):
+        start = replay.replay_start_ms(until, QuotaSettings.from_config(config))
+        config = config.replace(offsets, str(start), "--replay-until")
+    return config, until
+
+
+def _exporter(config, demo: bool):
+    """The Prometheus endpoint, serving before Spark starts (a port in use fails now), or None.
+    The demo serves at DEMO_PROMETHEUS_PORT unless told otherwise, and goes on without
+    metrics if that port is taken."""
+    port = config["pidquota.prometheus.port"]
+    if demo and not config.given("pidquota.prometheus.port"):
+        port = DEMO_PROMETHEUS_PORT
+    if not port:
+        return None
+    from pidquota.observe.exporter import Exporter
+
+    window_ms = QuotaSettings.from_config(config).window_ms
+    shadow = config["pidquota.mode"] == "shadow"
+    exporter = Exporter(window_ms, config["pidquota.prometheus.max.users"], shadow=shadow)
+    host = config["pidquota.prometheus.host"]
+    try:
+        exporter.serve(host, port)
+    except PidquotaError as exc:
+        if config.given("pidquota.prometheus.port") or not demo:
+            raise
+        print(f"pidquota: no Prometheus metrics: {exc}", file=sys.stderr)
+        return None
+    shown = "localhost" if host in ("0.0.0.0", "::", "") else host
+    print(f"pidquota: Prometheus metrics at http://{shown}:{port}/metrics")
+    return exporter
+
+
+def banner(args: argparse.Namespace, config, checkpoint: str, speed: float, replay_ms=None) -> str:
+    """What the run does, where it writes, and whether it resumes a checkpoint."""
+    quotas = "Redis" if config["pidquota.redis.url"] else config.quotas_path()
+    done = preflight.last_batch(checkpoint)
+    start = "new checkpoint" if done is None else f"resuming after batch {done}"
+    if local_path(checkpoint) is None:
+        start = f"checkpoint {checkpoint}"
+    what = f"demo at {speed:g}x event time" if args.input is None else f"reading {args.input}"
+    until = "until all of it is read" if args.once else "Ctrl-C to stop"
+    mode = "SHADOW (nothing published as throttled), " if config["pidquota.mode"] == "shadow" else ""
+    if replay_ms is not None:
+        from pidquota.store.decisions import event_time
+
+        start += f"; events before {event_time(replay_ms)} only rebuild state"
+    return f"pidquota: {mode}{what}, quotas from {quotas}, output in {args.output}/ ({start}); {until}"

@@ -1,0 +1,448 @@
+"""Every pidquota setting, defined once: name, type, default and why, doc, range.
+
+KIP-936's dotted names are used where the KIP has one; pidquota's own
+settings live under ``pidquota.``. ``pidquota.conf.loader`` reads and validates them;
+nothing else parses settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    type: type
+    default: Any
+    reason: str  # why this default
+    doc: str
+    min: float | None = None
+    max: float | None = None
+    min_exclusive: bool = False
+    choices: tuple[str, ...] | None = None
+    secret: bool = False
+
+    @property
+    def shown_default(self) -> str:
+        """The default as a properties file (and docs/configuration.md) writes it."""
+        if isinstance(self.default, bool):
+            return str(self.default).lower()
+        return repr(self.default) if isinstance(self.default, str) else str(self.default)
+
+    @property
+    def env_var(self) -> str:
+        """``PIDQUOTA_`` + the name without its ``pidquota.`` prefix, dots as underscores."""
+        name = self.name.removeprefix("pidquota.")
+        return "PIDQUOTA_" + name.replace(".", "_").replace("-", "_").upper()
+
+    def range_text(self) -> str:
+        if self.type is bool:
+            return "true or false"
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        lo = "" if self.min is None else (f"> {self.min}" if self.min_exclusive else f">= {self.min}")
+        hi = "" if self.max is None else f"<= {self.max}"
+        return " and ".join(p for p in (lo, hi) if p) or "any"
+
+
+SETTINGS: tuple[Setting, ...] = (
+    # -- KIP-936 --------------------------------------------------------------------
+    Setting(
+        "producer.id.quota.window.size.seconds",
+        int,
+        3600,
+        "KIP-936 default: quotas are PIDs per hour, the span of one metric sample.",
+        "The window W of producer_ids_rate (PIDs per W) and of each metric sample; "
+        "a PID is remembered at least W after it was last seen.",
+        min=1,
+        max=7 * 24 * 3600,
+    ),
+    Setting(
+        "producer.id.quota.window.num",
+        int,
+        11,
+        "KIP-936 default (Kafka's quota.window.num): about half a day of history at 1 h.",
+        "How many samples of window.size the rate and throttle-time metrics keep.",
+        min=1,
+        max=1000,
+    ),
+    Setting(
+        "producer.id.quota.cache.layer.count",
+        int,
+        4,
+        "A PID is forgotten between W and W + W/4 after its last sighting; more layers "
+        "tighten that at the cost of one more membership check each.",
+        "Bloom layers per window: a new layer starts every W / layer.count of event time.",
+        min=1,
+        max=64,
+    ),
+    Setting(
+        "producer.id.quota.cache.false.positive.rate",
+        float,
+        0.01,
+        "1% lets at most ~1 in 100 unseen PIDs through as 'known' (never the reverse: "
+        "a known PID is never throttled) for ~13 bits per PID with 4 layers.",
+        "Target combined false-positive rate of a principal's live Bloom layers; each "
+        "base layer is built for rate / (layer.count + 1).",
+        min=0.0,
+        max=0.5,
+        min_exclusive=True,
+    ),
+    Setting(
+        "producer.id.quota.cache.cleanup.scheduler.interval.ms",
+        int,
+        10,
+        "KIP-936 default. In event time; dead layers are already ignored by lookups, "
+        "so this only bounds how long their memory lingers.",
+        "Minimum event time between passes that free a principal's expired layers.",
+        min=1,
+    ),
+    # -- pidquota: inputs and outputs -------------------------------------------------
+    Setting(
+        "pidquota.quotas.file",
+        str,
+        "",
+        "Empty means the quotas.json shipped next to this file, so the demo needs no setup.",
+        'JSON quota file: {"users": {"User:alice": {"producer_ids_rate": 100}, '
+        '"<default>": {...}}}. Read at start-up.',
+    ),
+    Setting(
+        "pidquota.principal.max.length",
+        int,
+        256,
+        "Kafka principals are short names; anything longer is more likely garbage than a user.",
+        "Events whose principal is longer than this go to the dead letters.",
+        min=1,
+        max=65536,
+    ),
+    Setting(
+        "pidquota.watermark.delay.ms",
+        int,
+        600_000,
+        "10 minutes covers broker clock skew and a lagging broker: a principal is only "
+        "evicted once the whole stream is that far past its expiry, so its stragglers "
+        "still meet its state.",
+        "How far the event-time watermark trails the newest event. Idle principals' state "
+        "is evicted once the watermark passes their expiry. Late events are never dropped: "
+        "they are judged at the principal's current time.",
+        min=0,
+    ),
+    # -- pidquota: Kafka ---------------------------------------------------------------
+    Setting(
+        "pidquota.kafka.starting.offsets",
+        str,
+        "earliest",
+        "A new query on a topic judges everything the topic holds; `latest` would skip "
+        "what was produced before it started.",
+        "Where a new query starts reading a Kafka input: earliest, latest, a timestamp in "
+        'ms (ListOffsets by time), or a JSON map {"topic": {"0": offset}}. A query '
+        "that resumes from its checkpoint ignores it.",
+    ),
+    Setting(
+        "pidquota.kafka.fail.on.data.loss",
+        bool,
+        True,
+        "Losing events silently would let a rogue client through unjudged; stop and say so.",
+        "Fail the query when offsets it must read are gone (deleted by retention, topic "
+        "truncated or recreated). false: skip the gap, log it and carry on.",
+    ),
+    Setting(
+        "pidquota.kafka.fetch.timeout.ms",
+        int,
+        60_000,
+        "Long enough to ride out a broker restart or leader election, short enough that "
+        "a dead broker fails the query with a message within a minute.",
+        "How long a read waits for data it knows exists before failing the query.",
+        min=1000,
+    ),
+    Setting(
+        "pidquota.kafka.request.timeout.ms",
+        int,
+        30_000,
+        "kafka-python's default: a request to a broker that does not answer fails after 30 s.",
+        "Timeout of one Kafka request (metadata, offsets, fetch) from the source.",
+        min=100,
+    ),
+    Setting(
+        "pidquota.kafka.connect.timeout.ms",
+        int,
+        5_000,
+        "A reachable broker answers in well under a second, TLS and SASL included; an "
+        "unreachable one is named within seconds instead of after Spark has started.",
+        "How long `pidquota run` waits at start-up for the Kafka input's brokers to answer and "
+        "list the topic, before it exits with one line naming HOST:PORT.",
+        min=1000,
+    ),
+    Setting(
+        "pidquota.kafka.decisions.topic",
+        str,
+        "",
+        "Empty: decisions go to files only. Set it (or --decisions-topic) to also send them to Kafka.",
+        "Kafka topic for decisions, keyed by principal.",
+    ),
+    Setting(
+        "pidquota.kafka.metrics.topic",
+        str,
+        "",
+        "Empty: metrics go to files only.",
+        "Kafka topic for the per-principal metrics rows, keyed by principal.",
+    ),
+    Setting(
+        "pidquota.kafka.dead.letters.topic",
+        str,
+        "",
+        "Empty: dead letters go to files only.",
+        "Kafka topic for dead letters (raw record, reason, source position).",
+    ),
+    Setting(
+        "pidquota.kafka.security.protocol",
+        str,
+        "PLAINTEXT",
+        "Kafka's own default.",
+        "security.protocol of the Kafka clients.",
+        choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+    ),
+    Setting(
+        "pidquota.kafka.sasl.mechanism",
+        str,
+        "",
+        "Empty unless the protocol is SASL_*.",
+        "sasl.mechanism of the Kafka clients.",
+        choices=("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+    ),
+    Setting(
+        "pidquota.kafka.sasl.username",
+        str,
+        "",
+        "No authentication by default.",
+        "SASL username.",
+    ),
+    Setting(
+        "pidquota.kafka.sasl.password",
+        str,
+        "",
+        "No authentication by default; prefer the environment variable to a file.",
+        "SASL password. Never logged.",
+        secret=True,
+    ),
+    Setting(
+        "pidquota.kafka.ssl.cafile",
+        str,
+        "",
+        "Empty: the system's trust store.",
+        "CA certificate file for SSL/SASL_SSL.",
+    ),
+    # -- pidquota: Redis ---------------------------------------------------------------
+    Setting(
+        "pidquota.redis.url",
+        str,
+        "",
+        "Empty: quotas come from the quota file and no throttle state is published.",
+        "Redis for quotas (kafka-configs style) and per-user throttle state: "
+        "redis://HOST:PORT/DB, or rediss:// for TLS. Same as --quota-store / --redis.",
+    ),
+    Setting(
+        "pidquota.redis.username",
+        str,
+        "",
+        "Redis ACL user; empty: the URL's, or the default user.",
+        "Redis AUTH username.",
+    ),
+    Setting(
+        "pidquota.redis.password",
+        str,
+        "",
+        "Empty: no AUTH (or the URL's). Prefer the environment variable to a file.",
+        "Redis AUTH password. Never logged.",
+        secret=True,
+    ),
+    Setting(
+        "pidquota.redis.ssl.ca.certs",
+        str,
+        "",
+        "Empty: the system's trust store (only used with rediss://).",
+        "CA certificate file for Redis TLS.",
+    ),
+    Setting(
+        "pidquota.redis.prefix",
+        str,
+        "pidquota",
+        "One Redis can serve several clusters, each under its own prefix.",
+        "Prefix of every key pidquota reads or writes in Redis, used as the hash tag {PREFIX} "
+        "(one Redis Cluster slot); no spaces or braces.",
+    ),
+    Setting(
+        "pidquota.quota.refresh.ms",
+        int,
+        1000,
+        "Below the 2 s trigger interval, so a quota change applies within one trigger; "
+        "it costs one GET per second per worker.",
+        "How often the enforcer checks Redis for changed quotas.",
+        min=50,
+    ),
+    Setting(
+        "pidquota.redis.publish.decisions",
+        bool,
+        True,
+        "A broker plug-in or proxy asks Redis whether a user is throttled; with Redis "
+        "configured, that answer should be there.",
+        "Write per-user throttle state and metrics, in the user's event time, to pidquota.redis.url "
+        "each batch (fenced per query run).",
+    ),
+    # -- pidquota: Prometheus ----------------------------------------------------------
+    Setting(
+        "pidquota.prometheus.port",
+        int,
+        0,
+        "Off unless asked for: a port is a resource on a shared host. The demo turns it on "
+        "at 9464 (the port the OpenTelemetry Prometheus exporter is registered at).",
+        "Serve the metrics at http://HOST:PORT/metrics from the driver for Prometheus to scrape "
+        "(0: off). Same as run --prometheus-port.",
+        min=0,
+        max=65535,
+    ),
+    Setting(
+        "pidquota.prometheus.host",
+        str,
+        "0.0.0.0",
+        "A Prometheus on another host scrapes it, so listen on every interface, as "
+        "exporters such as node_exporter do.",
+        "The address the metrics endpoint listens on (127.0.0.1: this host only).",
+    ),
+    Setting(
+        "pidquota.prometheus.max.users",
+        int,
+        1000,
+        "Each labelled user is about 10 series; 1000 users is 10k series, within what one "
+        "Prometheus scrape job carries comfortably.",
+        "How many users get their own user label; every throttled user always does, the users "
+        'with the most new PIDs fill the rest, and the others are summed into user="_other".',
+        min=1,
+    ),
+    # -- pidquota: Spark ---------------------------------------------------------------
+    Setting(
+        "pidquota.spark.master",
+        str,
+        "local[2]",
+        "This machine class has 2 cores; a cluster deployment gives its own master, which wins.",
+        "Spark master URL, used only when nothing else gave one (pidquota run --master, "
+        "spark-submit --master, spark.master in Spark's configuration).",
+    ),
+    Setting(
+        "pidquota.spark.shuffle.partitions",
+        int,
+        2,
+        "One per core of this 2-core machine class: a stateful micro-batch pays per "
+        "partition (a task and a state-store version each), and 2 measured 5% faster "
+        "than 4 (benchmarks/streaming.py). The state store keeps one store per partition, "
+        "so changing it later needs a new checkpoint.",
+        "spark.sql.shuffle.partitions: partitions of the per-principal state.",
+        min=1,
+        max=10000,
+    ),
+    Setting(
+        "pidquota.state.store",
+        str,
+        "rocksdb",
+        "Measured with 10k and 100k active principals (benchmarks/state_scale.py): batch times "
+        "within 15% of each other (RocksDB 14% slower at 10k, 8% faster at 100k) and the same bytes "
+        "on disk and per batch, but the HDFS-backed store keeps "
+        "the state in the executor's JVM heap (62 MiB more heap at 100k principals, growing with "
+        "them) where RocksDB keeps it off the heap, so RocksDB scales without resizing executors.",
+        "Spark's state store: hdfs (HDFSBackedStateStoreProvider, state in the executors' JVM heap) "
+        "or rocksdb (RocksDBStateStoreProvider with changelog checkpointing, state in RocksDB off the "
+        "heap). The checkpoint records it, so changing it later needs a new checkpoint.",
+        choices=("hdfs", "rocksdb"),
+    ),
+    Setting(
+        "pidquota.state.buckets",
+        int,
+        64,
+        "PySpark's stateful operator costs about a millisecond per group and batch, whatever "
+        "the group holds: 500 active principals as 500 groups cost 0.5 s a batch before any "
+        "quota logic (benchmarks/streaming.py). 64 groups bound that, while a batch that "
+        "touches a group rewrites only that group's principals' state. 0 keeps one group per "
+        "principal. Decisions are the same for every value; the checkpoint records it, so "
+        "changing it later needs a new checkpoint.",
+        "Groups of principals in the stateful operator (0: one per principal).",
+        min=0,
+        max=100000,
+    ),
+    Setting(
+        "pidquota.output.roll.ms",
+        int,
+        3_600_000,
+        "One file per batch is ~43,000 files a day per kind at a 2 s trigger; an hour per file "
+        "is 24, and still small enough to open.",
+        "Once a kind's oldest per-batch file is this old, the files of the batches before the "
+        "current one are joined into one roll-FIRST-LAST.jsonl (0: one file per batch, kept).",
+        min=0,
+    ),
+    Setting(
+        "pidquota.output.retention.ms",
+        int,
+        7 * 24 * 3_600_000,
+        "Kafka's own retention.ms default: a week of decisions to look back on, and a disk "
+        "that does not fill.",
+        "Output files last written longer ago than this are deleted (0: keep everything).",
+        min=0,
+    ),
+    Setting(
+        "pidquota.mode",
+        str,
+        "enforce",
+        "A run enforces unless told otherwise; shadow is how a new quota is tried out first.",
+        "enforce: publish throttles where brokers and proxies look (Redis). shadow: compute and "
+        "write everything, marked mode=shadow, and publish to Redis only under a separate "
+        "shadow: key space. Same as run --shadow.",
+        choices=("enforce", "shadow"),
+    ),
+    Setting(
+        "pidquota.replay.until",
+        str,
+        "",
+        "Empty: every event is enforced. A replay is asked for when state was lost.",
+        "Events before this time (epoch ms, or now: when the checkpoint is created) only rebuild "
+        "state: their rows are marked replay=true and nothing of them is published. The "
+        "checkpoint keeps the time, so a restart never replays newer events. Same as run "
+        "--replay-until; run --rebuild is --replay-until now.",
+    ),
+    Setting(
+        "pidquota.checkpoint.location",
+        str,
+        "",
+        "Empty means OUTPUT/_checkpoint, so re-running on the same output resumes.",
+        "Spark checkpoint directory (offsets and the per-principal state).",
+    ),
+    Setting(
+        "pidquota.trigger.interval.ms",
+        int,
+        2000,
+        "Short enough that a throttle decision lands within seconds, long enough that "
+        "a local micro-batch (~0.5 s) is not back to back.",
+        "Processing-time trigger interval of a long-running query (ignored with --once).",
+        min=0,
+    ),
+    Setting(
+        "pidquota.max.events.per.trigger",
+        int,
+        0,
+        "0 means no limit; set it to bound batch latency when catching up on a backlog.",
+        "Upper bound on events read per micro-batch (file inputs: files per trigger).",
+        min=0,
+    ),
+    Setting(
+        "pidquota.log.level",
+        str,
+        "WARN",
+        "Spark is chatty at INFO, and even at WARN every start prints lines that say nothing "
+        "about the run; pidquota prints its own summary.",
+        "Spark log level, through conf/log4j2.properties, which also drops the routine warnings of "
+        "every start (INFO shows Spark's own progress lines).",
+        choices=("ERROR", "WARN", "INFO", "DEBUG"),
+    ),
+)
+
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

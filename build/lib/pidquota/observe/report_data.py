@@ -1,0 +1,395 @@
+"""The numbers of ``pidquota report`` and of the per-user run summary. pandas only: no Spark,
+no matplotlib, no HTML.
+
+A run's output folder is read through :func:`pidquota.streaming.outputs.reader.read_output` alone. Rows
+marked ``replay`` (events before ``--replay-until``, which only rebuilt state and were never
+published) are counted in the header and left out of everything else, as the Prometheus
+exporter leaves them out of its counters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pidquota.conf.errors import InputError
+from pidquota.quota import ADMIT, THROTTLE
+from pidquota.streaming.outputs.reader import read_output
+from pidquota.streaming.reasons import reason_class
+
+# Bin widths for counts over event time, smallest first: the first that gives at most
+# MAX_BINS bins over the run's span is used.
+_BIN_MS = tuple(
+    s * 1000 for s in (1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400)
+)
+MAX_BINS = 60
+TOKEN_BINS = 300
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run's output folder: its three outputs, replayed rows included."""
+
+    folder: Path
+    decisions: pd.DataFrame
+    metrics: pd.DataFrame
+    dead: pd.DataFrame
+
+
+def load_run(out: str | Path) -> Run:
+    """The outputs under ``out``; an :class:`InputError` naming the folder if there are none."""
+    folder = Path(out)
+    if not folder.is_dir():
+        raise InputError(f"output folder '{out}' does not exist; give the --output folder of a pidquota run")
+    run = Run(
+        folder,
+        read_output(folder, "decisions"),
+        read_output(folder, "metrics"),
+        read_output(folder, "dead-letters"),
+    )
+    if run.decisions.empty and run.metrics.empty and run.dead.empty:
+        raise InputError(
+            f"'{out}' holds no pidquota output (no rows under decisions/, metrics/ or dead-letters/); "
+            "give the --output folder of a run that read something"
+        )
+    return run
+
+
+def replayed(frame: pd.DataFrame | None) -> pd.Series:
+    """Which rows only rebuilt state (``replay`` true); all False without the column."""
+    if frame is None or "replay" not in frame:
+        return pd.Series(False, index=None if frame is None else frame.index, dtype=bool)
+    return frame["replay"].astype("boolean").fillna(False).astype(bool)
+
+
+def live(frame: pd.DataFrame | None) -> pd.DataFrame:
+    """The rows that were judged live: all but the replayed ones."""
+    if frame is None:
+        return pd.DataFrame()
+    return frame[~replayed(frame)]
+
+
+def utc(ms) -> pd.Timestamp | pd.Series:
+    """Event time in ms since the epoch as UTC datetimes (tz-naive, for plotting)."""
+    if isinstance(ms, pd.Series):
+        return pd.to_datetime(ms.astype("int64"), unit="ms")
+    return pd.Timestamp(int(ms), unit="ms")
+
+
+def format_ms(ms: float | None) -> str:
+    """A duration for people: ``850 ms``, ``1 s``, ``12.3 s``, ``4 min 10 s``, ``2 h 5 min``, ``-`` for none."""
+    if ms is None or pd.isna(ms):
+        return "-"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f}".removesuffix(".0") + " s"
+    s = int(round(ms / 1000))
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s" if s % 60 else f"{s // 60} min"
+    m = int(round(s / 60))
+    return f"{m // 60} h {m % 60} min" if m % 60 else f"{m // 60} h"
+
+
+def format_time(ms: float | None) -> str:
+    """An event time as ``2026-01-01 00:03:36 UTC``, ``-`` for none."""
+    if ms is None or pd.isna(ms):
+        return "-"
+    return utc(ms).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class Offenders:
+    """Per-user tallies of the decisions, fed all at once (the report) or batch by batch
+    (:class:`RunSummary`); :meth:`table` is the offenders table both show.
+
+    Per user: ``new_pids`` = distinct ``producer_id`` among its ADMIT and THROTTLE rows,
+    ``throttles`` = its THROTTLE rows, ``longest_throttle_ms`` = their largest
+    ``throttle_time_ms``, ``first_throttle_ms`` / ``last_throttle_ms`` = their smallest and
+    largest event time. A retried PID counts once in ``new_pids`` and once per THROTTLE in
+    ``throttles``: one user's rows (PID 7, ADMIT, t = 5), (PID 8, THROTTLE 4000 ms, t = 10),
+    (PID 8, THROTTLE 3000 ms, t = 11) give new_pids 2, throttles 2, longest 4000 ms, first
+    10, last 11. Users seen only in metrics (no new PIDs, e.g. only PID < 0) are listed with 0.
+    """
+
+    COLUMNS = (
+        "user",
+        "new_pids",
+        "throttles",
+        "longest_throttle_ms",
+        "first_throttle_ms",
+        "last_throttle_ms",
+    )
+
+    def __init__(self) -> None:
+        self.users: set[str] = set()
+        self._pids: dict[str, set[int]] = {}
+        self._throttles: dict[str, list] = {}  # user -> [count, longest, first, last]
+
+    def add(self, decisions: pd.DataFrame | None, metrics: pd.DataFrame | None = None) -> Offenders:
+        for frame in (decisions, metrics):
+            if frame is not None and "principal" in frame:
+                self.users.update(frame["principal"].dropna().unique().tolist())
+        if decisions is None or decisions.empty:
+            return self
+        judged = decisions[decisions["verdict"].isin((ADMIT, THROTTLE))]
+        for user, pids in judged.groupby("principal")["producer_id"]:
+            self._pids.setdefault(user, set()).update(pids.tolist())
+        throttled = judged[judged["verdict"] == THROTTLE].groupby("principal")
+        per_user = throttled.agg(
+            n=("producer_id", "size"),
+            longest=("throttle_time_ms", "max"),
+            first=("timestamp", "min"),
+            last=("timestamp", "max"),
+        )
+        for user, r in per_user.iterrows():
+            old = self._throttles.get(user)
+            new = [int(r["n"]), int(r["longest"]), int(r["first"]), int(r["last"])]
+            if old is not None:
+                new = [old[0] + new[0], max(old[1], new[1]), min(old[2], new[2]), max(old[3], new[3])]
+            self._throttles[user] = new
+        return self
+
+    def table(self) -> pd.DataFrame:
+        """One row per user: the most throttled first, then by new PIDs, then by name."""
+        rows = []
+        for user in self.users:
+            count, longest, first, last = self._throttles.get(user, (0, None, None, None))
+            rows.append((user, len(self._pids.get(user, ())), count, longest, first, last))
+        table = pd.DataFrame(rows, columns=list(self.COLUMNS))
+        for col in self.COLUMNS[3:]:
+            table[col] = table[col].astype("Int64")
+        table = table.sort_values(["throttles", "new_pids", "user"], ascending=[False, False, True])
+        return table.reset_index(drop=True)
+
+
+def offenders(decisions: pd.DataFrame, metrics: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The offenders table (:meth:`Offenders.table`) of the live rows of a whole run."""
+    return Offenders().add(live(decisions), live(metrics)).table()
+
+
+def others_line(table: pd.DataFrame, shown: int) -> str | None:
+    """The one line for the users not in the first ``shown`` rows of an offenders table:
+    ``6 other users, none throttled``, or with the throttled ones among them counted."""
+    rest = table.iloc[shown:]
+    if rest.empty:
+        return None
+    throttled = int((rest["throttles"] > 0).sum())
+    users = "user" if len(rest) == 1 else "users"
+    other = "other " if shown else ""
+    if not throttled:
+        return f"{len(rest)} {other}{users}, none throttled"
+    return f"{len(rest)} {other}{users}, {throttled} of them throttled ({int(rest['throttles'].sum())} throttles)"
+
+
+class RunSummary:
+    """The per-user summary of a run, fed by the sink batch by batch, for the end of a
+    ``pidquota run --once``.
+
+    Use::
+
+        summary = RunSummary()
+        sink = JsonlSink(out, on_batch=lambda batch_id, frames: summary.add(frames))
+        ...  # the query runs to its end
+        print(summary.render())
+
+    ``frames`` is what :class:`pidquota.streaming.outputs.sink.JsonlSink` passes to ``on_batch``:
+    ``{"decisions": df, "metrics": df, "dead-letters": df}``. The numbers are
+    :class:`Offenders`' (the report's offenders table), over the live rows. Memory: one
+    set of PIDs per user that had new PIDs, and four numbers per throttled user.
+    """
+
+    def __init__(self, top: int = 10) -> None:
+        self.top = top
+        self.offenders = Offenders()
+
+    def add(self, frames: dict[str, pd.DataFrame]) -> None:
+        self.offenders.add(live(frames.get("decisions")), live(frames.get("metrics")))
+
+    def render(self) -> str:
+        """A short plain-text table of the throttled users (at most ``top``), then one line
+        for everyone else."""
+        table = self.offenders.table()
+        if table.empty:
+            return "no users"
+        throttled = table[table["throttles"] > 0].head(self.top)
+        lines = []
+        if len(throttled):
+            width = max(20, *(len(u) for u in throttled["user"]))
+            lines.append(f"{'throttled user':<{width}} {'new PIDs':>9} {'throttles':>10} {'longest':>12}")
+            for r in throttled.itertuples():
+                lines.append(
+                    f"{r.user:<{width}} {r.new_pids:>9,} {r.throttles:>10,} {format_ms(r.longest_throttle_ms):>12}"
+                )
+        rest = others_line(table, len(throttled))
+        return "\n".join([*lines, *([rest] if rest else [])])
+
+
+def window_ms(decisions: pd.DataFrame) -> int | None:
+    """The run's window W in ms, read back from its THROTTLE rows; None if they do not say.
+
+    The bucket's wait (``quota/bucket.py``) is ``throttle_time_ms = ceil((1 - t) * W / R)``
+    with R the row's ``quota`` and t its ``tokens``, so ``W ~ throttle_time_ms * R / (1 - t)``.
+    Example: R = 60, t = 0.25, 45000 ms give W = 45000 * 60 / 0.75 = 3,600,000 ms (1 h).
+    The median estimate (from rows with t <= 0.5, where the ceiling's error is smallest),
+    rounded to whole seconds as the setting is, is W if it gives back 99% of the waits
+    within 2 ms; otherwise (no throttles, or W changed mid-run) None.
+    """
+    if decisions.empty or "verdict" not in decisions:
+        return None
+    t = decisions[(decisions["verdict"] == THROTTLE) & (decisions["quota"] > 0)]
+    if t.empty:
+        return None
+    wait, rate, tokens = (t[c].astype("float64") for c in ("throttle_time_ms", "quota", "tokens"))
+    low = tokens <= 0.5
+    estimate = (wait * rate / (1 - tokens))[low if low.any() else slice(None)].median()
+    w = round(estimate / 1000) * 1000
+    if not w >= 1000:
+        return None
+    again = np.ceil((1 - tokens) * w / rate)
+    return int(w) if ((again - wait).abs() <= 2).mean() >= 0.99 else None
+
+
+def _column(frames, name: str) -> pd.Series:
+    """One column of several frames, end to end (empty if none has it)."""
+    parts = [f[name] for f in frames if name in f and len(f)]
+    return pd.concat(parts, ignore_index=True) if parts else pd.Series(dtype="float64")
+
+
+@dataclass(frozen=True)
+class Header:
+    """The report's first lines: where, when, how much."""
+
+    folder: Path
+    start_ms: int | None
+    end_ms: int | None
+    batches: int
+    decisions: int
+    metric_rows: int
+    events: int
+    dead_letters: int
+    replayed_decisions: int
+    window_ms: int | None
+    modes: tuple[str, ...]
+
+
+def header(run: Run) -> Header:
+    times = _column((run.decisions, run.metrics), "timestamp")
+    batches = _column((run.decisions, run.metrics, run.dead), "batch_id")
+    modes = sorted({m for f in (run.decisions, run.metrics) if "mode" in f for m in f["mode"].dropna()})
+    return Header(
+        folder=run.folder.resolve(),
+        start_ms=None if times.empty else int(times.min()),
+        end_ms=None if times.empty else int(times.max()),
+        batches=int(batches.nunique()),
+        decisions=len(run.decisions),
+        metric_rows=len(run.metrics),
+        events=int(run.metrics["events"].sum()) if "events" in run.metrics else 0,
+        dead_letters=len(run.dead),
+        replayed_decisions=int(replayed(run.decisions).sum()),
+        window_ms=window_ms(run.decisions),
+        modes=tuple(modes),
+    )
+
+
+def plotted_users(metrics: pd.DataFrame, table: pd.DataFrame, limit: int = 8) -> tuple[list[str], int]:
+    """The users worth a line, at most ``limit``, and how many more have a rate: the most
+    throttled first (the offenders table's order), then by peak ``rate / quota``."""
+    m = live(metrics)
+    if m.empty or "rate" not in m:
+        return [], 0
+    m = m[m["rate"].notna()]
+    peak = (m["rate"] / m["quota"].where(m["quota"] > 0)).groupby(m["principal"]).max()
+    ranked = pd.DataFrame({"user": peak.index, "peak": peak.fillna(0).to_numpy()})
+    ranked = ranked.merge(table[["user", "throttles"]], on="user", how="left").fillna({"throttles": 0})
+    ranked = ranked.sort_values(["throttles", "peak", "user"], ascending=[False, False, True])
+    users = ranked["user"].tolist()
+    return users[:limit], max(0, len(users) - limit)
+
+
+def rate_series(metrics: pd.DataFrame, users: list[str]) -> pd.DataFrame:
+    """``user, time, rate, quota`` (rate and quota in new PIDs per W) of the live metrics rows."""
+    m = live(metrics)
+    if m.empty or not users:
+        return pd.DataFrame(columns=["user", "time", "rate", "quota"])
+    m = m[m["principal"].isin(users) & m["rate"].notna()].sort_values("timestamp")
+    return pd.DataFrame(
+        {"user": m["principal"], "time": utc(m["timestamp"]), "rate": m["rate"], "quota": m["quota"]}
+    ).reset_index(drop=True)
+
+
+def bin_ms(span_ms: int, max_bins: int = MAX_BINS) -> int:
+    """The smallest of the round bin widths that cuts ``span_ms`` into at most ``max_bins`` bins."""
+    return next((b for b in _BIN_MS if span_ms / b <= max_bins), _BIN_MS[-1])
+
+
+def bins(start_ms: int, end_ms: int, max_bins: int = MAX_BINS) -> tuple[int, int, int]:
+    """``(first, width, count)``: bins of a round width (:func:`bin_ms`) that cover event time
+    ``start_ms`` to ``end_ms``, from the width's multiple at or before ``start_ms``. Example:
+    00:03 to 02:59 takes 5 min bins (175 min / 60 is 2.9 min; 1 min would make 175 bins), 36
+    of them from 00:00 to 03:00."""
+    width = bin_ms(max(end_ms - start_ms, 1), max_bins)
+    first = start_ms // width * width
+    return first, width, (end_ms - first) // width + 1
+
+
+def throttle_bins(decisions: pd.DataFrame, users: list[str], start_ms: int, end_ms: int) -> pd.DataFrame:
+    """THROTTLE decisions per event-time bin (:func:`bins`): one column per user, one row per
+    bin start, empty bins included. The width, in ms, is in ``.attrs["bin_ms"]``."""
+    first, width, count = bins(start_ms, end_ms)
+    d = live(decisions)
+    t = d[(d["verdict"] == THROTTLE) & d["principal"].isin(users)] if len(d) else d
+    counts = pd.DataFrame(0, index=utc(pd.Series([first + k * width for k in range(count)])), columns=users)
+    if len(t):
+        at = utc((t["timestamp"] - first) // width * width + first)
+        grouped = t.groupby([at.to_numpy(), t["principal"].to_numpy()]).size().unstack(fill_value=0)
+        counts = counts.add(grouped.reindex(index=counts.index, columns=users, fill_value=0), fill_value=0)
+    counts.attrs["bin_ms"] = width
+    return counts.astype("int64")
+
+
+def token_peaks(
+    decisions: pd.DataFrame, metrics: pd.DataFrame, users: list[str], start_ms: int, end_ms: int
+) -> pd.DataFrame:
+    """The most tokens each user's bucket held in each event-time bin (:func:`bins`, at most
+    TOKEN_BINS), as known from its rows (after each verdict, and at each batch's end): one
+    column per user, NaN for a bin without rows. Below 1 all bin long, every new PID of the
+    user waited. The width, in ms, is in ``.attrs["bin_ms"]``."""
+    first, width, count = bins(start_ms, end_ms, TOKEN_BINS)
+    index = utc(pd.Series([first + k * width for k in range(count)]))
+    peaks = pd.DataFrame(float("nan"), index=index, columns=users)
+    for frame in (live(decisions), live(metrics)):
+        if not len(frame) or "tokens" not in frame:
+            continue
+        rows = frame[frame["principal"].isin(users) & frame["tokens"].notna()]
+        at = utc((rows["timestamp"] - first) // width * width + first)
+        most = rows["tokens"].astype("float64").groupby([at.to_numpy(), rows["principal"].to_numpy()]).max()
+        peaks = peaks.combine(most.unstack().reindex(index=index, columns=users), _fmax)
+    peaks.attrs["bin_ms"] = width
+    return peaks
+
+
+def _fmax(a: pd.Series, b: pd.Series) -> pd.Series:
+    return pd.concat([a, b], axis=1).max(axis=1)
+
+
+def dead_letter_reasons(dead: pd.DataFrame) -> pd.DataFrame:
+    """``class, reason, count``: each reason text with its class (:func:`pidquota.streaming.reasons.reason_class`),
+    the biggest class first, and within it the most frequent reason."""
+    if dead.empty or "reason" not in dead:
+        return pd.DataFrame(columns=["class", "reason", "count"])
+    counts = dead["reason"].fillna("").value_counts().rename_axis("reason").reset_index(name="count")
+    counts.insert(0, "class", counts["reason"].map(reason_class))
+    counts["class_total"] = counts.groupby("class")["count"].transform("sum")
+    counts = counts.sort_values(
+        ["class_total", "class", "count", "reason"], ascending=[False, True, False, True]
+    )
+    return counts.drop(columns="class_total").reset_index(drop=True)
+
+
+def dead_letter_classes(reasons: pd.DataFrame) -> pd.DataFrame:
+    """``class, count`` from :func:`dead_letter_reasons`' table, the biggest first."""
+    totals = reasons.groupby("class", sort=False)["count"].sum()
+    return totals.rename_axis("class").reset_index(name="count")

@@ -1,0 +1,3 @@
+"""``pidquota recommend``: quotas suggested from observed traffic, in one place: the rules
+(``rules``, pure Python), the reference statistics and output (``stats``, pandas) and the
+Spark job (``job``)."""

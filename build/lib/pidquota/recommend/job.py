@@ -1,0 +1,152 @@
+"""The Spark side of ``pidquota recommend``: the input read as the enforcer reads it, the
+statistics in Spark SQL, and the what-if by the enforcer itself.
+
+* **Statistics.** One pass of pidquota's own source (a file or folder, or a
+  Kafka topic from ``pidquota.kafka.starting.offsets``) through the same
+  screen and parse as the enforcer, run to the end (``availableNow``), writes
+  the valid events to Parquet in a temporary folder. Spark SQL then computes
+  what :func:`pidquota.recommend.stats.reference_stats` computes in pandas (a test
+  compares the two): new sightings (first of a (principal, PID), or more than
+  W after its previous one), their counts over the windows ``[k * slide,
+  k * slide + W)`` that overlap each principal's span (empty ones count 0),
+  exact p50 and p99 (Spark's ``percentile`` interpolates as numpy's
+  "linear"), the peak over every window start, and the distinct PIDs.
+* **What-if.** A second pass runs the real enforcer query
+  (:func:`pidquota.streaming.query.enforcer`, ``--once``'s batching) with the candidate
+  quotas and writes its decisions to the temporary folder;
+  :func:`pidquota.recommend.stats.what_if_summary` reads them. So the what-if of a
+  quota file equals ``pidquota run --once`` with it.
+
+The temporary folder is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from pidquota.quota import QuotaSettings, StaticQuotas
+from pidquota.recommend.stats import STATS_COLUMNS, default_slide_ms, what_if_summary
+from pidquota.store.kafka import KafkaUrl
+from pidquota.streaming import query as q
+from pidquota.streaming.outputs.reader import read_output
+
+
+def compute(input_path: str, config, quotas) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """``(stats, what_if or None)`` for the events at ``input_path``; ``quotas``: the candidate
+    ``{entity: rate}`` of --what-if, or None."""
+    from pidquota.streaming.session import spark_session
+
+    spark = spark_session(config)
+    settings = QuotaSettings.from_config(config)
+    work = Path(tempfile.mkdtemp(prefix="pidquota-recommend-"))
+    try:
+        lines = _lines(spark, input_path, config, work / "events-checkpoint")
+        _run(_events(lines, config["pidquota.principal.max.length"]), work / "events")
+        stats = stats_frame(spark.read.parquet(str(work / "events")), settings).toPandas()
+        what_if = None
+        if quotas is not None:
+            lines = _lines(spark, input_path, config, work / "what-if-checkpoint")
+            what_if = what_if_summary(_enforce(lines, config, quotas, work / "what-if"))
+        return stats[list(STATS_COLUMNS)], what_if
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _lines(spark, input_path: str, config, checkpoint: Path) -> DataFrame:
+    """The input as the enforcer reads it, each pass from its own checkpoint."""
+    screen = config["pidquota.principal.max.length"]
+    if input_path.startswith("kafka://"):
+        from pidquota.streaming.sources.kafka.source import KafkaDataSource
+
+        spark.dataSource.register(KafkaDataSource)
+        return q.kafka_source(spark, KafkaUrl.parse(input_path), config, screen=screen)
+    max_files = config["pidquota.max.events.per.trigger"]
+    return q.file_source(spark, input_path, max_files, str(checkpoint), screen=screen)
+
+
+def _events(lines: DataFrame, max_principal: int) -> DataFrame:
+    """Valid events only: principal, producer_id, timestamp (one row per sighting)."""
+    rows = q.screened(lines, max_principal)
+    valid = rows.where(F.col("dead").isNull() & (F.col("principal") != ""))
+    return valid.select("principal", "producer_id", F.explode("timestamps").alias("timestamp"))
+
+
+def _run(events: DataFrame, folder: Path) -> None:
+    checkpoint = folder.with_name(folder.name + "-sink-checkpoint")
+    query = (
+        events.writeStream.format("parquet")
+        .option("path", str(folder))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+
+def _enforce(lines: DataFrame, config, quotas, out: Path) -> pd.DataFrame:
+    """The enforcer's decisions on ``lines`` under ``quotas``, as ``run --once`` makes them."""
+    from pidquota.streaming.outputs.sink import JsonlSink
+
+    checkpoint = str(out / "_checkpoint")
+    query = q.start(q.enforcer(lines, config, StaticQuotas(quotas)), JsonlSink(out), checkpoint, True, 0)
+    query.awaitTermination()
+    return read_output(out, "decisions")
+
+
+def stats_frame(events: DataFrame, settings: QuotaSettings) -> DataFrame:
+    """:data:`STATS_COLUMNS` per principal from events (principal, producer_id, timestamp)."""
+    w = settings.window_ms
+    slide = default_slide_ms(w, settings.layer_count)
+    ev = events.where(F.col("producer_id") >= 0).dropDuplicates(["principal", "producer_id", "timestamp"])
+    previous = F.lag("timestamp").over(Window.partitionBy("principal", "producer_id").orderBy("timestamp"))
+    new = (
+        ev.withColumn("previous", previous)
+        .where(F.col("previous").isNull() | (F.col("timestamp") - F.col("previous") > w))
+        .select("principal", "timestamp")
+    )
+    return (
+        _percentiles(new, w, slide)
+        .join(_peaks(new, w), "principal")
+        .join(ev.groupBy("principal").agg(F.countDistinct("producer_id").alias("active_pids")), "principal")
+        .select(*STATS_COLUMNS)
+        .orderBy("principal")
+    )
+
+
+def _window(t, w: int, slide: int):
+    """The first and last window index k (start k * slide) whose window holds time ``t``."""
+    return F.floor((t - w) / slide) + 1, F.floor(t / slide)
+
+
+def _percentiles(new: DataFrame, w: int, slide: int) -> DataFrame:
+    """p50 and p99 over every window of each principal's span, empty windows as 0."""
+    first, last = _window(F.col("timestamp"), w, slide)
+    counts = (
+        new.select("principal", F.explode(F.sequence(first, last)).alias("k"))
+        .groupBy("principal", "k")
+        .count()
+    )
+    span = new.groupBy("principal").agg(F.min("timestamp").alias("lo"), F.max("timestamp").alias("hi"))
+    lo, _ = _window(F.col("lo"), w, slide)
+    _, hi = _window(F.col("hi"), w, slide)
+    windows = span.select("principal", F.explode(F.sequence(lo, hi)).alias("k"))
+    filled = windows.join(counts, ["principal", "k"], "left").fillna(0, subset=["count"])
+    pct = F.percentile(F.col("count").cast("double"), F.array(F.lit(0.5), F.lit(0.99)))
+    return (
+        filled.groupBy("principal")
+        .agg(pct.alias("pct"))
+        .select("principal", F.col("pct")[0].alias("p50"), F.col("pct")[1].alias("p99"))
+    )
+
+
+def _peaks(new: DataFrame, w: int) -> DataFrame:
+    """The most new sightings in any window [s, s + W): one starting at a sighting holds it."""
+    ahead = Window.partitionBy("principal").orderBy("timestamp").rangeBetween(0, w - 1)
+    inside = new.withColumn("inside", F.count(F.lit(1)).over(ahead))
+    return inside.groupBy("principal").agg(F.max("inside").cast("long").alias("max"))

@@ -1,0 +1,141 @@
+"""Quota suggestions: the rules of ``pidquota recommend``. Pure Python, clock-free.
+
+What makes a user safe under a quota follows from the contract
+(:class:`quota.TokenBucket`): the bucket holds ``B = R`` tokens (R >= 1) and
+refills at ``R`` per window W, so over any closed interval of length L at
+most ``R + R * L / W`` new PIDs get in.
+
+**Theorem.** A user whose new PIDs in *every* interval ``[s, s + W)``, for
+every start s, number at most R is never throttled by a quota R.
+
+Proof: at a first throttle at time t, let u be the last time the bucket was
+full. Every PID since u was admitted and took a token, so the PIDs in
+``[u, t]``, the throttled one included, number more than ``R + R * (t - u) / W``.
+But ``k + 1`` intervals ``[u + iW, u + (i + 1)W)``, ``k = floor((t - u) / W)``,
+cover ``[u, t]`` and hold at most ``(k + 1) R <= R + R (t - u) / W``. (For
+R < 1 the premise means no new PIDs at all.)
+
+"New" is the enforcer's notion, which :func:`pidquota.recommend.stats.new_sightings`
+bounds from above: a PID seen again within W of its last sighting is known.
+The peak must be taken over every start s, not over windows on a grid: two
+bursts of R just inside two grid windows W apart can fall into one window
+that starts in between, and a quota of R throttles that.
+
+The suggestion rules (``suggest_rate``, ``suggest_default``) multiply by a
+headroom in decimal, as the numbers print: ``50 x 1.1`` is 55, not
+``55.00000000000001`` (which would round up to 56).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from fractions import Fraction
+
+from pidquota.conf.errors import ConfigError
+from pidquota.quota.resolver import user_entity, validate_rate
+
+
+def check_headroom(headroom: float) -> float:
+    """A finite headroom > 0, or a :class:`ConfigError`."""
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0 < headroom < math.inf:
+        raise ConfigError(f"headroom must be a number > 0, got {headroom!r}; e.g. 2 for twice the usage")
+    return headroom
+
+
+def check_share(share: float) -> float:
+    """A share of users in (0, 1], or a :class:`ConfigError`."""
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+        raise ConfigError(f"share of users must be in (0, 1], got {share!r}; e.g. 0.9 for 90%")
+    return share
+
+
+def _exact(x: float) -> Fraction:
+    """``x`` as the decimal it prints as (``repr``), exactly."""
+    return Fraction(repr(float(x)))
+
+
+def _ceil_times(x: float, headroom: float) -> int:
+    """``ceil(x * headroom)``, the product taken exactly in decimal."""
+    return math.ceil(_exact(x) * _exact(headroom))
+
+
+def suggest_rate(p99: float, headroom: float) -> int:
+    """A user's suggested ``producer_ids_rate``: ``max(1, ceil(p99 * headroom))``.
+
+    ``p99`` is the 99th percentile of the user's new PIDs per window W (over
+    the windows of its active span); the headroom leaves room for growth and
+    the rarer peaks. Example: p99 = 7.4 new PIDs per W with headroom 2 gives
+    ``ceil(14.8)`` = 15; a user with p99 = 0.2 gets 1, the smallest whole quota.
+
+    This sizes the quota for typical use. It is a guarantee only where the
+    user's peak (max new PIDs in any window) is at most the suggestion: by
+    the theorem above, such a user would never have been throttled by it.
+    """
+    if not 0 <= p99 < math.inf:
+        raise ValueError(f"p99 must be a finite count >= 0, got {p99!r}")
+    check_headroom(headroom)
+    return max(1, _ceil_times(p99, headroom))
+
+
+def suggest_default(peaks: Iterable[float], headroom: float, share: float = 0.9) -> int:
+    """A ``<default>`` quota under which at least ``share`` of the users are never throttled.
+
+    The rule: with ``v_1 <= ... <= v_n`` the users' ``peak * headroom``
+    (peak = most new PIDs in any window ``[s, s + W)``), and
+    ``k = ceil(share * n)``, the default is ``R = max(1, ceil(v_k))``.
+
+    Then at least k users (a share of at least ``share``) have
+    ``peak * headroom <= R``, and R is the smallest whole quota that covers
+    that many. With headroom >= 1 each of them has ``peak <= R``, so by the
+    theorem above none of them would have been throttled by R, with room to
+    spare. (A user above R is not necessarily throttled: the bound is
+    sufficient, not necessary.)
+
+    Example: peaks 1, 2, ..., 9 and 40 (10 users), headroom 2, share 0.9:
+    v = 2, 4, ..., 18, 80; k = 9; R = 18. Nine users of ten are safe under 18;
+    the one with peak 40 needs a quota of its own.
+    """
+    h = _exact(check_headroom(headroom))
+    peaks = list(peaks)
+    if not peaks:
+        raise ValueError("no users to suggest a default for")
+    if not all(0 <= p < math.inf for p in peaks):
+        raise ValueError(f"peaks must be finite counts >= 0, got {peaks!r}")
+    values = sorted(_exact(p) * h for p in peaks)
+    k = math.ceil(_exact(check_share(share)) * len(values))
+    return max(1, math.ceil(values[k - 1]))
+
+
+def covered(peaks: Iterable[float], rate: float) -> int:
+    """How many users have ``peak <= rate``: by the theorem, never throttled by ``rate``."""
+    return sum(1 for p in peaks if p <= rate)
+
+
+def parse_what_if(text: str, origin: str = "--what-if") -> dict[str, float]:
+    """Candidate quotas ``'User:alice=50,bob=20,<default>=100'`` as ``{entity: rate}``.
+
+    Each comma-separated part is ``NAME=RATE``; NAME is read by
+    :func:`pidquota.quota.resolver.user_entity` (``bob`` is ``User:bob``), RATE by
+    :func:`pidquota.quota.resolver.validate_rate`. The last ``=`` of a part separates
+    them, so a name may hold ``=``; it may not hold ``,`` (use a quota file).
+    A user given twice, in either spelling, is refused.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(f"{origin} is empty; give quotas such as 'User:alice=50,<default>=100'")
+    quotas: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, value = part.strip().rpartition("=")
+        if not sep:
+            raise ConfigError(
+                f"{origin}: {part.strip()!r} is not NAME=RATE; write e.g. 'User:alice=50,<default>=100'"
+            )
+        try:
+            entity = user_entity(name.strip())
+            rate = validate_rate(entity, value.strip())
+        except ConfigError as exc:
+            raise ConfigError(f"{origin}: {exc}") from None
+        if entity in quotas:
+            raise ConfigError(f"{origin} gives {entity!r} twice; give each user once")
+        quotas[entity] = rate
+    return quotas

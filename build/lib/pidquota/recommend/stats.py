@@ -1,0 +1,400 @@
+"""``pidquota recommend``: the reference computation and the output. Spark-free (pandas).
+
+The Spark job (``recommend/job.py``) computes the same numbers at
+scale; the functions here define them on a pandas frame of events, and render
+whatever either one computed.
+
+Per principal, with W the window (``producer.id.quota.window.size.seconds``):
+
+1. :func:`new_sightings`: the sightings of a PID that the enforcer would count
+   as new (at least as many as it would).
+2. :func:`window_counts`: new sightings per window ``[start, start + W)``,
+   starts every ``slide`` ms (W / ``layer.count`` by default).
+3. :func:`peaks`: the most new sightings in *any* window ``[s, s + W)``:
+   the number that decides throttling (:mod:`pidquota.recommend.rules`).
+4. :func:`window_stats` and :func:`with_suggestions`: p50 and p99 of the
+   window counts, the peak as ``max``, active PIDs, the suggested quota.
+
+Worked example, W = 60 s, slide 15 s, one principal with PID 1 at 0 s and
+70 s, PID 2 at 10 s and 20 s: new sightings are PID 1 at 0 s, PID 2 at 10 s
+and PID 1 at 70 s (a gap over W). Windows start at -45, -30, ..., 60 s and
+hold 2, 2, 2, 2, 1, 1, 1, 1 new sightings; p50 = 1.5, the peak is 2 (the
+window from 0 s), active PIDs 2, and with headroom 2 the suggestion is
+``ceil(p99 x 2)`` = ``ceil(2 x 2)`` = 4.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from pidquota.quota.enforcer import THROTTLE
+from pidquota.quota.resolver import DEFAULT_ENTITY, QUOTA_KEY, resolve
+from pidquota.recommend.rules import covered, suggest_default, suggest_rate
+
+NEW_COLUMNS = ("principal", "producer_id", "timestamp")
+COUNT_COLUMNS = ("principal", "window_start", "new_pids")
+PEAK_COLUMNS = ("principal", "peak")
+ACTIVE_COLUMNS = ("principal", "active_pids")
+# What the Spark job returns as its first frame, and :func:`reference_stats` computes.
+STATS_COLUMNS = ("principal", "p50", "p99", "max", "active_pids")
+USAGE_COLUMNS = (*STATS_COLUMNS, "suggested", "fits")
+# What the Spark job returns as its second frame, and :func:`what_if_summary` computes.
+WHAT_IF_COLUMNS = ("principal", "throttles", "first_throttle_ms", "longest_throttle_ms")
+PERCENTILE_METHOD = "linear"  # numpy's default: interpolate between the two nearest ranks
+SUGGESTED_RULE = "suggested = max(1, ceil(p99 x headroom))"
+DEFAULT_RULE = (
+    "<default> = max(1, ceil(v_k)), v_1 <= ... <= v_n the users' max x headroom, k = ceil(share x n)"
+)
+
+
+def default_slide_ms(window_ms: int, layer_count: int) -> int:
+    """The windows' step: W / ``layer.count`` (the enforcer's layer span), at least 1 ms."""
+    return max(1, window_ms // layer_count)
+
+
+def new_sightings(events: pd.DataFrame, window_ms: int) -> pd.DataFrame:
+    """The sightings that count as new PIDs: principal, producer_id, timestamp.
+
+    A sighting of PID p by principal u is *new* when it is the first of (u, p),
+    or the previous sighting of (u, p) is more than ``window_ms`` earlier.
+    PIDs < 0 are not idempotent and never count; repeated (u, p, timestamp)
+    rows are one sighting.
+
+    The enforcer remembers a PID from W to W + W / ``layer.count`` after its
+    last sighting (and a Bloom false positive remembers one it never saw), so
+    ``W`` is the lower bound: this counts at least as many new PIDs as the
+    enforcer would, and errs towards higher suggestions. (A throttled PID is
+    not remembered, so its retries are new to a throttling enforcer; under a
+    quota that never throttles, the enforcer's new PIDs are a subset of these.)
+    """
+    ev = events.loc[events["producer_id"] >= 0, list(NEW_COLUMNS)]
+    ev = ev.drop_duplicates().sort_values(["principal", "producer_id", "timestamp"], kind="stable")
+    same = (ev["principal"] == ev["principal"].shift()) & (ev["producer_id"] == ev["producer_id"].shift())
+    gap = ev["timestamp"] - ev["timestamp"].shift()
+    new = ev[~same | (gap > window_ms)]
+    return new.sort_values(["principal", "timestamp", "producer_id"], kind="stable").reset_index(drop=True)
+
+
+def _by_principal(new: pd.DataFrame):
+    """(principal, sorted int64 timestamps) of each principal's new sightings."""
+    for principal, group in new.groupby("principal", sort=True):
+        yield principal, np.sort(group["timestamp"].to_numpy(dtype=np.int64))
+
+
+def window_counts(new: pd.DataFrame, window_ms: int, slide_ms: int) -> pd.DataFrame:
+    """New sightings per principal and window: principal, window_start, new_pids.
+
+    Windows are ``[start, start + W)`` with ``start`` a multiple of
+    ``slide_ms``, every one that overlaps the principal's span from its first
+    to its last new sighting: ``first - W < start <= last``. A window in that
+    span without new sightings counts 0. Example: W = 60 s, slide 15 s, new
+    sightings at 0 s and 70 s: starts -45 s, ..., 60 s (8 windows), counts
+    1, 1, 1, 1, 1, 1, 1, 1 (the window from 0 s holds 0 s only, the one
+    from 15 s holds 70 s only).
+    """
+    if window_ms < 1 or slide_ms < 1:
+        raise ValueError(f"window and slide must be >= 1 ms, got {window_ms}, {slide_ms}")
+    frames = []
+    for principal, ts in _by_principal(new):
+        first_k = (int(ts[0]) - window_ms) // slide_ms + 1
+        last_k = int(ts[-1]) // slide_ms
+        starts = np.arange(first_k, last_k + 1, dtype=np.int64) * slide_ms
+        counts = np.searchsorted(ts, starts + window_ms, "left") - np.searchsorted(ts, starts, "left")
+        frames.append(pd.DataFrame({"principal": principal, "window_start": starts, "new_pids": counts}))
+    if not frames:
+        return _empty(COUNT_COLUMNS)
+    return pd.concat(frames, ignore_index=True).astype({"window_start": "int64", "new_pids": "int64"})
+
+
+def peaks(new: pd.DataFrame, window_ms: int) -> pd.DataFrame:
+    """The most new sightings in any window ``[s, s + W)``, over every s: principal, peak.
+
+    A fullest window can always start at a new sighting, so the peak is the
+    most of ``#{j : t_i <= t_j < t_i + W}`` over the sightings i. It is at
+    least the most of :func:`window_counts` and can be up to twice it: with
+    W = 60 s and slide 15 s, 5 PIDs at 14 s and 5 at 61 s share no window
+    from 0, 15, 30 s, ..., but do share the one from 14 s: peak 10, grid
+    maximum 5. By :mod:`pidquota.recommend.rules`'s theorem,
+    a quota of at least the peak never throttles the principal.
+    """
+    rows = []
+    for principal, ts in _by_principal(new):
+        inside = np.searchsorted(ts, ts + window_ms, "left") - np.arange(len(ts))
+        rows.append((principal, int(inside.max())))
+    return pd.DataFrame(rows, columns=list(PEAK_COLUMNS)).astype({"peak": "int64"})
+
+
+def active_pids(events: pd.DataFrame) -> pd.DataFrame:
+    """Distinct PIDs >= 0 per principal: principal, active_pids (principals with none left out)."""
+    ev = events.loc[events["producer_id"] >= 0]
+    out = ev.groupby("principal", sort=True)["producer_id"].nunique().rename("active_pids").reset_index()
+    return out.astype({"active_pids": "int64"})
+
+
+def window_stats(counts: pd.DataFrame, peak: pd.DataFrame, active: pd.DataFrame) -> pd.DataFrame:
+    """p50 and p99 of each principal's window counts (numpy, method "linear"), its peak as
+    ``max``, and its active PIDs: the columns :data:`STATS_COLUMNS`, one row per principal
+    with new sightings, sorted by principal."""
+    rows = []
+    for principal, group in counts.groupby("principal", sort=True):
+        p50, p99 = np.percentile(group["new_pids"].to_numpy(), [50, 99], method=PERCENTILE_METHOD)
+        rows.append((principal, float(p50), float(p99)))
+    pct = pd.DataFrame(rows, columns=["principal", "p50", "p99"])
+    out = pct.merge(peak.rename(columns={"peak": "max"}), on="principal").merge(active, on="principal")
+    return out[list(STATS_COLUMNS)].reset_index(drop=True)
+
+
+def reference_stats(events: pd.DataFrame, window_ms: int, slide_ms: int) -> pd.DataFrame:
+    """Steps 1 to 4 on a frame of events (principal, producer_id, timestamp): what the Spark
+    job's first frame must equal."""
+    new = new_sightings(events, window_ms)
+    return window_stats(window_counts(new, window_ms, slide_ms), peaks(new, window_ms), active_pids(events))
+
+
+def with_suggestions(stats: pd.DataFrame, headroom: float) -> pd.DataFrame:
+    """``stats`` plus ``suggested`` (:func:`pidquota.recommend.rules.suggest_rate` of p99) and ``fits``
+    (max <= suggested: by the theorem, the suggestion would never have throttled the user)."""
+    out = stats[list(STATS_COLUMNS)].copy()
+    out["suggested"] = [suggest_rate(p, headroom) for p in out["p99"]]
+    out["fits"] = out["max"] <= out["suggested"]
+    return out.astype({"suggested": "int64", "fits": bool})
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What the numbers are measured in, stated in the output."""
+
+    window_ms: int
+    slide_ms: int
+    headroom: float
+
+
+@dataclass(frozen=True)
+class DefaultSuggestion:
+    """The suggested ``<default>`` (:func:`pidquota.recommend.rules.suggest_default`).
+
+    ``share`` asked for; ``users`` in all; ``covered``: users whose max is at
+    most ``rate``, whom it would never have throttled (at least
+    ``ceil(share x users)`` when the headroom is >= 1).
+    """
+
+    rate: int
+    share: float
+    users: int
+    covered: int
+
+
+def default_suggestion(usage: pd.DataFrame, headroom: float, share: float) -> DefaultSuggestion | None:
+    """The ``<default>`` for the users of ``usage``, or None if there are none."""
+    if usage.empty:
+        return None
+    maxima = usage["max"].tolist()
+    rate = suggest_default(maxima, headroom, share)
+    return DefaultSuggestion(rate, share, len(maxima), covered(maxima, rate))
+
+
+# The what-if. To be merged with observe/report_data.py's offenders table (another
+# branch), which computes these per user from the decisions too.
+def what_if_summary(decisions: pd.DataFrame) -> pd.DataFrame:
+    """Per principal in the decisions: throttles (THROTTLE rows), first_throttle_ms (the
+    earliest one's timestamp) and longest_throttle_ms (the largest throttle_time_ms); the
+    last two are null for a principal never throttled."""
+    throttled = decisions[decisions["verdict"] == THROTTLE]
+    agg = throttled.groupby("principal").agg(
+        throttles=("verdict", "size"),
+        first_throttle_ms=("timestamp", "min"),
+        longest_throttle_ms=("throttle_time_ms", "max"),
+    )
+    names = pd.Index(sorted(decisions["principal"].unique()), name="principal")
+    out = agg.reindex(names).reset_index()
+    out["throttles"] = out["throttles"].fillna(0).astype("int64")
+    return out.astype({"first_throttle_ms": "Int64", "longest_throttle_ms": "Int64"})[list(WHAT_IF_COLUMNS)]
+
+
+def what_if_view(usage: pd.DataFrame, summary: pd.DataFrame, quotas: Mapping[str, float]) -> pd.DataFrame:
+    """Per principal of ``usage``: the candidate quota it resolves to (None: unlimited) and
+    its what-if throttles (0 when the summary has no row for it)."""
+    view = usage[["principal"]].merge(summary, on="principal", how="left")
+    rates = [resolve(quotas, p) for p in view["principal"]]
+    view.insert(1, "quota", pd.Series(rates, index=view.index, dtype=object))
+    view["throttles"] = view["throttles"].fillna(0).astype("int64")
+    return view.astype({"first_throttle_ms": "Int64", "longest_throttle_ms": "Int64"})
+
+
+def _order(usage: pd.DataFrame) -> pd.DataFrame:
+    """Busiest first: by max descending, then principal."""
+    return usage.sort_values(["max", "principal"], ascending=[False, True], kind="stable")
+
+
+def _utc(ms) -> str | None:
+    if ms is None or pd.isna(ms):
+        return None
+    return pd.Timestamp(int(ms), unit="ms", tz="UTC").strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _num(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms / 1000:g} s" if ms % 1000 == 0 else f"{ms} ms"
+
+
+def _rows(usage: pd.DataFrame, what_if: pd.DataFrame | None) -> list[dict]:
+    """One dict per principal, busiest first, with the what-if columns when given."""
+    rows = _order(usage).to_dict("records")
+    if what_if is not None:
+        extra = {r["principal"]: r for r in what_if.to_dict("records")}
+        for r in rows:
+            w = extra.get(r["principal"], {})
+            r["what_if"] = {
+                k: w.get(k) for k in ("quota", "throttles", "first_throttle_ms", "longest_throttle_ms")
+            }
+    return rows
+
+
+def table(
+    usage: pd.DataFrame,
+    what_if: pd.DataFrame | None = None,
+    default: DefaultSuggestion | None = None,
+    basis: Basis | None = None,
+) -> str:
+    """Aligned plain text: a row per principal (busiest first), then the rules and the default."""
+    header = ["principal", "p50/W", "p99/W", "max/W", "active PIDs", "suggested"]
+    if what_if is not None:
+        header += ["quota", "throttles", "first throttle (UTC)", "longest throttle (s)"]
+    lines = [header]
+    for r in _rows(usage, what_if):
+        cells = [r["principal"], _num(r["p50"]), _num(r["p99"]), str(r["max"]), str(r["active_pids"])]
+        cells.append(str(r["suggested"]) + ("" if r["fits"] else " *"))
+        if what_if is not None:
+            w = r["what_if"]
+            quota, longest = w["quota"], w["longest_throttle_ms"]
+            cells += [
+                "unlimited" if quota is None else f"{quota:g}",
+                str(w["throttles"] or 0),
+                _utc(w["first_throttle_ms"]) or "-",
+                "-" if longest is None or pd.isna(longest) else f"{int(longest) / 1000:.3f}",
+            ]
+        lines.append(cells)
+    return "\n".join([_align(lines), *_notes(usage, default, basis)])
+
+
+def _align(lines: list[list[str]]) -> str:
+    """The principal column left-aligned, the others right-aligned, two spaces apart."""
+    widths = [max(len(row[i]) for row in lines) for i in range(len(lines[0]))]
+    out = []
+    for row in lines:
+        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
+        out.append("  ".join(cells).rstrip())
+    return "\n".join(out)
+
+
+def _notes(usage: pd.DataFrame, default: DefaultSuggestion | None, basis: Basis | None) -> list[str]:
+    notes = [""]
+    if basis is not None:
+        notes.append(
+            f"New PIDs per window W = {_seconds(basis.window_ms)}: p50 and p99 over windows starting every "
+            f"{_seconds(basis.slide_ms)} ({PERCENTILE_METHOD} percentiles), max over every window."
+        )
+        notes.append(f"{SUGGESTED_RULE}, headroom {basis.headroom:g}.")
+    if not usage["fits"].all():
+        notes.append("* max/W is above the suggestion: it may throttle this user (--what-if tells).")
+    if default is not None:
+        notes.append(
+            f"Suggested <default>: {default.rate} ({DEFAULT_RULE}, share {default.share:g}); "
+            f"{default.covered} of {default.users} users have max/W <= {default.rate} and would never "
+            "have been throttled by it."
+        )
+    notes.append("Nothing was applied.")
+    return notes
+
+
+def _json_value(v):
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return None
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    return v
+
+
+def to_json(
+    usage: pd.DataFrame,
+    what_if: pd.DataFrame | None = None,
+    default: DefaultSuggestion | None = None,
+    basis: Basis | None = None,
+) -> str:
+    """One JSON document: ``basis``, ``rules``, ``default`` (or null) and ``users`` (busiest
+    first), each user with every :data:`USAGE_COLUMNS` key and ``what_if`` (null without a
+    what-if; else quota, throttles, first_throttle_ms, first_throttle_utc, longest_throttle_ms)."""
+    users = []
+    for r in _rows(usage, what_if):
+        user = {k: _json_value(r[k]) for k in USAGE_COLUMNS}
+        w = r.get("what_if")
+        if w is not None:
+            w = {k: _json_value(v) for k, v in w.items()}
+            w["throttles"] = w["throttles"] or 0
+            w["first_throttle_utc"] = _utc(w["first_throttle_ms"])
+        user["what_if"] = w
+        users.append(user)
+    doc = {
+        "basis": None if basis is None else asdict(basis),
+        "rules": {"suggested": SUGGESTED_RULE, "default": DEFAULT_RULE, "percentiles": PERCENTILE_METHOD},
+        "default": None if default is None else asdict(default),
+        "users": users,
+        "applied": False,
+    }
+    return json.dumps(doc, indent=2, sort_keys=True)
+
+
+def configs_script(
+    suggestions: Mapping[str, int], default: int | None, redis_url_placeholder: str = ""
+) -> str:
+    """A POSIX sh script of ``pidquota configs --alter`` lines: the ``<default>`` first (if
+    given), then each user of ``suggestions`` by name. Nothing is applied by writing it.
+
+    It passes ``--redis "$REDIS"`` when ``REDIS`` is set and not empty (from the
+    environment, else ``redis_url_placeholder``); otherwise ``pidquota configs`` uses
+    ``pidquota.redis.url`` from pidquota's settings.
+    """
+    lines = [
+        "#!/bin/sh",
+        f"# pidquota recommend: suggested {QUOTA_KEY} quotas. Nothing has been applied.",
+        "# Review the lines below (a user far above the <default> may be a misbehaving client",
+        "# rather than one that needs more), then run:",
+        "#   REDIS=redis://HOST:PORT/DB sh THIS-FILE   (pidquota configs --redis URL)",
+        "# or, with REDIS unset or empty, pidquota configs uses pidquota.redis.url of its settings.",
+        "set -eu",
+        f'if [ -z "${{REDIS+set}}" ]; then REDIS={shlex.quote(redis_url_placeholder)}; fi',
+        'if [ -n "$REDIS" ]; then set -- --redis "$REDIS"; else set --; fi',
+    ]
+    alter = 'pidquota configs "$@" --alter --entity-type users'
+    if default is not None:
+        lines.append(f"{alter} --entity-default --add-config {QUOTA_KEY}={_rate(default)}")
+    for principal in sorted(suggestions):
+        if principal == DEFAULT_ENTITY:
+            raise ValueError(f"{DEFAULT_ENTITY} is given as default=, not as a user")
+        rate = _rate(suggestions[principal])
+        lines.append(f"{alter} --entity-name {shlex.quote(principal)} --add-config {QUOTA_KEY}={rate}")
+    return "\n".join(lines) + "\n"
+
+
+def _rate(rate: float) -> str:
+    if not rate > 0 or not math.isfinite(rate):
+        raise ValueError(f"a quota must be a finite number > 0, got {rate!r}")
+    return str(int(rate)) if float(rate).is_integer() else repr(float(rate))
+
+
+def _empty(columns) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="object" if c == "principal" else "int64") for c in columns})

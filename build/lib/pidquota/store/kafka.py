@@ -1,0 +1,248 @@
+"""The one way pidquota connects to Kafka: URLs, client options, secrets, and the
+producer, consumer and fetch client factories that the source, the sink and the
+traffic generator all use (so security settings apply everywhere)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from pidquota.conf.errors import ConfigError, PidquotaError
+
+# pidquota option key -> kafka-python keyword. The same keys are Spark data
+# source options; Spark redacts option values whose key says "password".
+CLIENT_OPTIONS = {
+    "kafka.security.protocol": "security_protocol",
+    "kafka.sasl.mechanism": "sasl_mechanism",
+    "kafka.sasl.username": "sasl_plain_username",
+    "kafka.sasl.password": "sasl_plain_password",
+    "kafka.ssl.cafile": "ssl_cafile",
+}
+SECRET_OPTIONS = {"kafka.sasl.password"}
+DEFAULT_PORT = 9092  # Kafka's: a broker address without a port means this one
+URL_FORM = f"kafka://HOST[:PORT][,HOST[:PORT]...]/TOPIC (PORT defaults to {DEFAULT_PORT})"
+
+
+class KafkaError(PidquotaError):
+    """Kafka could not be reached, or data the query needs is gone."""
+
+
+@dataclass(frozen=True)
+class KafkaUrl:
+    bootstrap: str
+    topic: str
+
+    @classmethod
+    def parse(cls, url: str) -> KafkaUrl:
+        """``kafka://HOST[:PORT][,HOST[:PORT]...]/TOPIC``; ``bootstrap`` names every port (default 9092)."""
+        shown = _redacted(url)
+        if "@" in url.split("/", 3)[2 if url.startswith("kafka://") else 0]:
+            raise ConfigError(
+                f"{shown!r}: a Kafka URL takes no user or password; set pidquota.kafka.sasl.username "
+                "and PIDQUOTA_KAFKA_SASL_PASSWORD instead"
+            )
+        m = re.match(r"^kafka://([^/]+)/([A-Za-z0-9._-]+)$", url)
+        if not m:
+            raise ConfigError(f"{shown!r} is not a Kafka URL; use {URL_FORM}")
+        try:
+            return cls(with_ports(m.group(1)), m.group(2))
+        except ConfigError as exc:
+            raise ConfigError(f"{shown!r} is not a Kafka URL: {exc}; use {URL_FORM}") from None
+
+
+def _redacted(url: str) -> str:
+    """A URL fit for a message: ``user:password@`` replaced."""
+    return re.sub(r"^(kafka://)[^/@]*@", r"\1***@", url)
+
+
+def with_ports(hosts: str) -> str:
+    """``HOST[:PORT],...`` with every port written out: a host without one gets 9092."""
+    out = []
+    for host in hosts.split(","):
+        m = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(\d{1,5}))?", host.strip())
+        if not m or not 0 < int(m.group(2) or DEFAULT_PORT) < 65536:
+            raise ConfigError(f"{host!r} is not HOST or HOST:PORT with a port from 1 to 65535")
+        out.append(f"{m.group(1)}:{m.group(2) or DEFAULT_PORT}")
+    return ",".join(out)
+
+
+def with_port(host: str) -> str:
+    """One broker address as Kafka clients read it (no checks): without a port, port 9092."""
+    return host if re.search(r":\d+$", host) else f"{host}:{DEFAULT_PORT}"
+
+
+def parse_starting_offsets(text: str) -> str | int | dict:
+    """``startingOffsets``: ``earliest``, ``latest``, a timestamp in ms, or a JSON map
+    ``{"TOPIC": {"PARTITION": OFFSET}}`` where OFFSET is >= 0, or Spark's -1 (that partition's
+    latest) or -2 (its earliest). Returns the word, the timestamp, or the map with string keys."""
+    how = str(text).strip()
+    if how in ("earliest", "latest"):
+        return how
+    if how.lstrip("-").isdigit():
+        if int(how) < 0:
+            raise ConfigError(
+                f"startingOffsets {how} is a negative timestamp; give ms since the epoch, earliest or latest"
+            )
+        return int(how)
+    try:
+        given = json.loads(how)
+    except json.JSONDecodeError:
+        given = None
+    if not isinstance(given, dict) or not given:
+        raise ConfigError(
+            f"startingOffsets {how!r} is not earliest, latest, a timestamp in ms or a JSON offset map "
+            'such as {"TOPIC": {"0": 42}}'
+        )
+    return {topic: _partition_offsets(topic, parts) for topic, parts in given.items()}
+
+
+def _partition_offsets(topic: str, parts) -> dict[str, int]:
+    if not isinstance(parts, dict):
+        raise ConfigError(
+            f'startingOffsets gives topic {topic!r} {parts!r}; give a map of partition to offset, e.g. {{"0": 42}}'
+        )
+    out = {}
+    for p, off in parts.items():
+        if not str(p).isdigit():
+            raise ConfigError(f"startingOffsets names partition {p!r} of {topic!r}; a partition is a number")
+        if type(off) is not int or off < -2:
+            raise ConfigError(
+                f"startingOffsets gives {topic}-{p} the offset {off!r}; "
+                "an offset is a number >= 0, or -1 (latest) or -2 (earliest)"
+            )
+        out[str(int(p))] = off
+    return out
+
+
+def normalized(options) -> dict:
+    """Spark hands data source options over with lower-cased keys; so does this,
+    so that code and tests look options up one way."""
+    return {str(k).lower(): v for k, v in dict(options).items()}
+
+
+def client_kwargs(options: dict) -> dict:
+    """kafka-python keyword arguments from pidquota's ``kafka.*`` options."""
+    kwargs = {"bootstrap_servers": options["kafka.bootstrap.servers"].split(",")}
+    for key, kw in CLIENT_OPTIONS.items():
+        if options.get(key):
+            kwargs[kw] = options[key]
+    return kwargs
+
+
+def safe_options(options: dict) -> dict:
+    """Options fit for a log line: secrets replaced."""
+    return {k: ("<redacted>" if k in SECRET_OPTIONS else v) for k, v in options.items()}
+
+
+def security_options(config) -> dict:
+    """The ``kafka.*`` client options from the validated settings."""
+    out = {}
+    for key in CLIENT_OPTIONS:
+        value = config[f"pidquota.{key}"]
+        if value:
+            out[key] = value
+    return out
+
+
+def _connected(kind, options: dict, defaults: dict, extra: dict):
+    from kafka.errors import KafkaTimeoutError
+
+    kwargs = {**defaults, **client_kwargs(options), **extra}
+    try:
+        return kind(**kwargs)
+    except KafkaTimeoutError:  # no broker answered: bootstrapping timed out
+        waited = kwargs.get(
+            "bootstrap_timeout_ms", getattr(kind, "DEFAULT_CONFIG", {}).get("bootstrap_timeout_ms")
+        )
+        within = f" within {waited / 1000:g} s" if waited else ""
+        raise KafkaError(
+            f"cannot connect to Kafka at {options['kafka.bootstrap.servers']}: no broker answered{within}; "
+            f"is it up, and is the address right (the port defaults to {DEFAULT_PORT})?"
+        ) from None
+    except Exception as exc:  # kafka-python raises several kinds here
+        raise KafkaError(
+            f"cannot connect to Kafka at {options['kafka.bootstrap.servers']}: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def producer(options: dict, **extra):
+    """An idempotent ``KafkaProducer`` (acks=all) from pidquota's ``kafka.*`` options."""
+    from kafka import KafkaProducer
+
+    defaults = {"enable_idempotence": True, "acks": "all", "linger_ms": 20, "client_id": "pidquota"}
+    return _connected(KafkaProducer, options, defaults, extra)
+
+
+def fetch_client(options: dict, **extra):
+    """kafka-python's connection layer (``KafkaNetClient``: metadata, connections,
+    requests), bootstrapped, for the Kafka source's own Fetch requests
+    (``streaming/sources/kafka/fetch.py``); the same ``kafka.*`` options as the producer."""
+    from kafka.net.compat import KafkaNetClient
+
+    def bootstrapped(**kwargs):
+        client = KafkaNetClient(**kwargs)
+        try:
+            client.get_broker_version(timeout_ms=kwargs["request_timeout_ms"])
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+    defaults = {"client_id": "pidquota", "request_timeout_ms": 30_000}
+    return _connected(bootstrapped, options, defaults, extra)
+
+
+def consumer(options: dict, **extra):
+    """A ``KafkaConsumer`` without auto-commit from pidquota's ``kafka.*`` options."""
+    from kafka import KafkaConsumer
+
+    return _connected(KafkaConsumer, options, {"enable_auto_commit": False, "client_id": "pidquota"}, extra)
+
+
+def check_topic(options: dict, topic: str, timeout_ms: int) -> None:
+    """At start-up: the cluster answers within ``timeout_ms`` and has ``topic``; else a KafkaError
+    naming the brokers (HOST:PORT)."""
+    from kafka import KafkaConsumer
+
+    bounded = "bootstrap_timeout_ms"  # kafka-python < 3 has no such option; this one bounds it there
+    if bounded not in KafkaConsumer.DEFAULT_CONFIG:
+        bounded = "api_version_auto_timeout_ms"
+    probe = consumer(options, request_timeout_ms=timeout_ms, **{bounded: timeout_ms})
+    try:
+        found = probe.partitions_for_topic(topic)
+    except Exception as exc:  # kafka-python raises several kinds here
+        raise KafkaError(
+            f"cannot list the topics of Kafka at {options['kafka.bootstrap.servers']} within "
+            f"{timeout_ms / 1000:g} s: {type(exc).__name__}: {exc}"
+        ) from None
+    finally:
+        probe.close()
+    if not found:
+        raise KafkaError(f"topic {topic!r} does not exist on {options['kafka.bootstrap.servers']}")
+
+
+def output_options(config, input_url: str | None) -> dict | None:
+    """Options for the Kafka writer from the ``pidquota.kafka.*.topic`` settings, or None."""
+    topics = {
+        "decisionsTopic": config["pidquota.kafka.decisions.topic"],
+        "metricsTopic": config["pidquota.kafka.metrics.topic"],
+        "deadLettersTopic": config["pidquota.kafka.dead.letters.topic"],
+    }
+    topics = {k: v for k, v in topics.items() if v}
+    if not topics:
+        return None
+    bootstrap = None
+    for key, value in topics.items():
+        if value.startswith("kafka://"):
+            url = KafkaUrl.parse(value)
+            if bootstrap not in (None, url.bootstrap):
+                raise PidquotaError("all output topics must be on one Kafka cluster")
+            bootstrap, topics[key] = url.bootstrap, url.topic
+    if bootstrap is None:
+        if input_url is None:
+            raise PidquotaError(
+                "an output topic given by name needs a Kafka input; with a file input use kafka://HOST[:PORT]/TOPIC"
+            )
+        bootstrap = KafkaUrl.parse(input_url).bootstrap
+    return {"kafka.bootstrap.servers": bootstrap, **security_options(config), **topics}

@@ -1,0 +1,71 @@
+"""Row kinds and column names of what the query parses and writes, defined once. Spark-free,
+so the output reader, the report and the start-up checks use them without a JVM (the Spark
+schemas built from them are in ``pidquota.streaming.schema``)."""
+
+from __future__ import annotations
+
+KIND_EVENT, KIND_DEAD = "E", "D"  # what parsing made of a record
+KIND_DECISION, KIND_METRIC = "decision", "metric"  # rows coming out of the operator
+
+# What parsing yields: valid events, and dead letters with raw text, reason and source.
+PARSED_COLUMNS = (
+    "kind",
+    "principal",
+    "producer_id",
+    "producer_epoch",
+    "timestamp",
+    "raw",
+    "reason",
+    "source",
+)
+
+# What is folded (streaming/compact.py) and then grouped by principal into the
+# stateful operator. Every column there is converted to pandas for every row,
+# so it is kept narrow: a dead letter is the group with the empty principal (a
+# valid principal is never empty) and carries its raw text, reason and source
+# as one JSON string.
+OPERATOR_INPUT_COLUMNS = ("principal", "producer_id", "producer_epoch", "timestamp", "dead")
+DEAD_PRINCIPAL = ""
+
+DECISION_COLUMNS = (
+    "principal",
+    "producer_id",
+    "producer_epoch",
+    "timestamp",
+    "verdict",
+    "throttle_time_ms",
+    "tokens",
+    "quota",
+    "replay",
+    "mode",
+)
+METRIC_COLUMNS = (
+    "principal",
+    "timestamp",
+    "quota",
+    "rate",
+    "tokens",
+    "throttle_time_ms",
+    "events",
+    "admitted",
+    "throttled",
+    "passed",
+    "ignored",
+    "admitted_total",
+    "throttled_total",
+    "active_pids_estimate",
+    "state_bytes",
+    "layers",
+    "quota_stale",
+    "failed_publishes",
+    "replay",
+    "mode",
+)
+DEAD_LETTER_COLUMNS = ("raw", "reason", "source")
+
+# Each output: its name (folder, Kafka option), the row kind it takes, its columns.
+OUTPUTS = {
+    "decisions": (KIND_DECISION, DECISION_COLUMNS),
+    "metrics": (KIND_METRIC, METRIC_COLUMNS),
+    "dead-letters": (KIND_DEAD, DEAD_LETTER_COLUMNS),
+}

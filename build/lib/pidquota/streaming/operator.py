@@ -1,0 +1,221 @@
+"""The stateful operator: ``applyInPandasWithState`` glue around ``quota``.
+
+Each group is the events of this micro-batch of a fixed group of
+principals (``pidquota.state.buckets``; ``quota/states.py`` holds their
+states in one row), or the dead letters, passed straight through. All quota
+logic lives in :class:`quota.PrincipalQuota`; this module only moves
+columns and state.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pandas as pd
+
+from pidquota.quota import ADMIT, PrincipalQuota, QuotaSettings, QuotaSource, resolve
+from pidquota.quota.states import PrincipalStates
+from pidquota.streaming.columns import DEAD_PRINCIPAL, KIND_DEAD, KIND_DECISION, KIND_METRIC
+from pidquota.streaming.schema import OUTPUT_COLUMNS
+
+# PySpark's worker pads each group's output with all-NA rows and concatenates
+# (pyspark/worker.py), which makes pandas 2.x warn on every batch. It is not
+# ours to fix and says nothing about our data; this module is imported in the
+# worker, so silence exactly that warning there.
+warnings.filterwarnings(
+    "ignore", message="The behavior of DataFrame concatenation with empty or all-NA", category=FutureWarning
+)
+
+
+_INDEX = {c: i for i, c in enumerate(OUTPUT_COLUMNS)}
+_WIDTH = len(OUTPUT_COLUMNS)
+
+
+def _row(**values) -> list:
+    """One output row in ``OUTPUT_COLUMNS`` order, the missing columns null."""
+    row = [None] * _WIDTH
+    for name, value in values.items():
+        row[_INDEX[name]] = value
+    return row
+
+
+def _frame(rows: list[list]) -> pd.DataFrame:
+    """Rows to one frame. An object array costs ~0.1 ms where a frame built
+    column by column costs ~0.8 ms, and this runs once per principal per batch."""
+    block = np.empty((len(rows), _WIDTH), dtype=object)
+    block[:] = rows
+    return pd.DataFrame(block, columns=list(OUTPUT_COLUMNS), copy=False)
+
+
+def _dead_letters(pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    for pdf in pdfs:
+        if len(pdf):
+            letters = [json.loads(x) for x in pdf["dead"]]
+            rows = [
+                _row(kind=KIND_DEAD, raw=d.get("raw"), reason=d.get("reason"), source=d.get("source"))
+                for d in letters
+            ]
+            yield _frame(rows)
+
+
+def unfold(pdf: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Rows of (principal, PID, arrays of sightings) (streaming/compact.py, streaming/screen.py)
+    back to one entry per sighting, per principal: timestamps, producer ids, epochs."""
+    lengths = pdf["timestamps"].map(len).to_numpy(dtype=np.int64)
+    ts = np.concatenate(pdf["timestamps"].to_list()).astype(np.int64, copy=False)
+    epochs = np.concatenate(pdf["epochs"].to_list()).astype(np.int64, copy=False)
+    pids = np.repeat(pdf["producer_id"].to_numpy(dtype=np.int64), lengths)
+    codes, names = pd.factorize(pdf["principal"])
+    if len(names) == 1:
+        return {names[0]: (ts, pids, epochs)}
+    owner = np.repeat(codes, lengths)
+    order = np.argsort(owner, kind="stable")
+    ends = np.cumsum(np.bincount(owner, minlength=len(names)))
+    ts, pids, epochs = ts[order], pids[order], epochs[order]
+    out, begin = {}, 0
+    for name, end in zip(names, ends.tolist(), strict=True):
+        out[name] = (ts[begin:end], pids[begin:end], epochs[begin:end])
+        begin = end
+    return out
+
+
+def _on_timeout(states: PrincipalStates, principal: str, watermark: int, settings: QuotaSettings) -> None:
+    """An idle principal's timer passed: evict its state, or look again later. The
+    state itself is left as it was (the cleanup done to decide is not kept)."""
+    quota = PrincipalQuota.from_bytes(states.get(principal), settings)
+    if quota.is_evictable(max(watermark, quota.now_ms)):
+        states.remove(principal)
+    else:  # late events moved it on
+        states.set_timer(principal, max(quota.evict_at_ms(), watermark + 1))
+
+
+def _untracked_metrics(principal: str, rate, ts: np.ndarray, ignored: int, stale: bool) -> list:
+    """The metrics row of a principal with no state: unlimited, or only PID < 0 so far."""
+    n = len(ts)
+    return _row(
+        kind=KIND_METRIC,
+        principal=principal,
+        timestamp=int(ts.max()),
+        quota=rate,
+        events=n,
+        admitted=0,
+        throttled=0,
+        passed=n - ignored,
+        ignored=ignored,
+        quota_stale=stale,
+    )
+
+
+def _judged_rows(
+    principal: str,
+    quota: PrincipalQuota,
+    decisions: list,
+    n: int,
+    ignored: int,
+    stale: bool,
+    replay_until=None,
+):
+    """One decision row per verdict, then the principal's metrics row. The row's ``admitted``
+    and ``throttled`` count the live decisions only: those before ``replay_until`` only rebuilt
+    state (a batch may straddle that time) and count as ``passed``."""
+    m = quota.metrics()
+    rows = [
+        _row(
+            kind=KIND_DECISION,
+            principal=principal,
+            producer_id=d.producer_id,
+            producer_epoch=d.producer_epoch,
+            timestamp=d.timestamp,
+            verdict=d.verdict,
+            throttle_time_ms=d.throttle_time_ms,
+            tokens=d.tokens,
+            quota=m["quota"],
+        )
+        for d in decisions
+    ]
+    live = decisions if replay_until is None else [d for d in decisions if d.timestamp >= replay_until]
+    admitted = sum(1 for d in live if d.verdict == ADMIT)
+    throttled = len(live) - admitted
+    m["throttle_time_ms"] = round(m["throttle_time_ms"])
+    rows.append(
+        _row(
+            kind=KIND_METRIC,
+            principal=principal,
+            timestamp=quota.now_ms,
+            events=n,
+            admitted=admitted,
+            throttled=throttled,
+            passed=n - ignored - admitted - throttled,
+            ignored=ignored,
+            quota_stale=stale,
+            **m,
+        )
+    )
+    return rows
+
+
+def _judge(
+    principal: str,
+    sightings,
+    states: PrincipalStates,
+    watermark: int,
+    rate,
+    stale: bool,
+    settings,
+    replay_until: int | None = None,
+) -> list[list]:
+    """One principal's events of this batch: its decision rows and metrics row."""
+    ts, pids, epochs = sightings
+    ignored = int((pids < 0).sum())
+    blob = states.get(principal)
+    if rate is None or (ignored == len(ts) and blob is None):
+        states.remove(principal)  # unlimited now, or nothing to track: no state, nothing to decide
+        return [_untracked_metrics(principal, rate, ts, ignored, stale)]
+    if blob is not None:
+        quota = PrincipalQuota.from_bytes(blob, settings)
+        quota.apply_rate(rate)
+    else:
+        quota = PrincipalQuota(rate, settings, int(ts.min()))
+    decisions = quota.observe_batch(ts, pids, epochs, replay_until)
+    states.put(principal, quota.to_bytes(), max(quota.evict_at_ms(), watermark + 1))
+    return _judged_rows(principal, quota, decisions, len(ts), ignored, stale, replay_until)
+
+
+def make_state_function(
+    quotas: QuotaSource, settings: QuotaSettings, replay_until: int | None = None
+) -> Callable[[tuple, Iterator[pd.DataFrame], object], Iterator[pd.DataFrame]]:
+    """The function given to ``applyInPandasWithState``, closing over the quota
+    source, the settings and the replay time (shipped to the executors once). Its
+    key is a group of principals (``quota/states.py``), or the dead letters' group."""
+
+    def judge(key: tuple, pdfs: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
+        (group,) = key
+        if group == DEAD_PRINCIPAL:
+            yield from _dead_letters(pdfs)
+            return
+        states = PrincipalStates.from_bytes(state.get[0]) if state.exists else PrincipalStates()
+        watermark = state.getCurrentWatermarkMs()
+        rows: list[list] = []
+        touched: set[str] = set()
+        if not state.hasTimedOut:
+            frames = list(pdfs)
+            pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+            snapshot, stale = quotas.snapshot(), bool(quotas.stale)  # stale: last known quotas in force
+            for principal, sightings in unfold(pdf).items():
+                touched.add(principal)
+                rate = resolve(snapshot, principal)
+                rows += _judge(principal, sightings, states, watermark, rate, stale, settings, replay_until)
+        for principal in states.due(watermark, touched):
+            _on_timeout(states, principal, watermark, settings)
+        if len(states):
+            state.update((states.to_bytes(),))
+            state.setTimeoutTimestamp(states.next_timer_ms())
+        elif state.exists:
+            state.remove()
+        if rows:
+            yield _frame(rows)
+
+    return judge

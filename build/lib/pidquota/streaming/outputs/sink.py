@@ -1,0 +1,180 @@
+"""The ``foreachBatch`` sink: JSON-lines files per output kind, one file per batch,
+and optionally the same rows to Kafka topics.
+
+A batch's file is written under a temporary name and renamed into place, and
+its name is the batch id, so a batch that Spark replays after a crash
+overwrites its own earlier output instead of duplicating it. Kafka delivery
+is at least once (see ``streaming/outputs/kafka.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pidquota.store.sink import RedisPublisher
+from pidquota.streaming.columns import KIND_DEAD, KIND_METRIC, OUTPUTS
+from pidquota.streaming.outputs import retention
+
+log = logging.getLogger("pidquota.output")
+
+_NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype(), pa.string(): pd.StringDtype()}
+
+
+@dataclass
+class BatchTotals:
+    """Running counts over the batches this sink has written (this process); ``batches``
+    counts those with rows."""
+
+    batches: int = 0
+    rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTPUTS, 0))
+
+
+def write_jsonl(frame: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    frame.to_json(tmp, orient="records", lines=True, force_ascii=False)
+    os.replace(tmp, path)
+
+
+def _frames(table: pa.Table, batch_id: int) -> dict[str, pd.DataFrame]:
+    """The batch's rows per output, with their columns and the batch id."""
+    frames = {}
+    for name, (kind, columns) in OUTPUTS.items():
+        rows = table.filter(pc.equal(table["kind"], kind)).select(list(columns))
+        part = rows.to_pandas(types_mapper=_NULLABLE.get)
+        part.insert(len(columns), "batch_id", batch_id)
+        frames[name] = part
+    return frames
+
+
+def query_id_of(batch_df) -> str:
+    """The id of the streaming query whose ``foreachBatch`` got ``batch_df`` (Spark's
+    ``StreamingQuery.id``, kept by the checkpoint across restarts)."""
+    from pidquota.conf.errors import PidquotaError
+
+    query_id = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+    if not query_id:
+        raise PidquotaError("no streaming query id on this batch; the sink must run in foreachBatch")
+    return query_id
+
+
+class JsonlSink:
+    """Writes each micro-batch to ``DIR/{decisions,metrics,dead-letters}/``.
+
+    ``on_batch(batch_id, frames)`` is called after the files are in place,
+    with the batch's rows per output name (the demo table uses it).
+
+    Decision and metrics rows get ``mode`` (the run's ``pidquota.mode``) and
+    ``replay``: true when the row's event time is before ``replay_until``
+    (``--replay-until``). Replayed rows are written to the files only: Redis
+    and the Kafka topics never see them.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | Path,
+        on_batch: Callable[[int, dict], None] | None = None,
+        kafka: dict | None = None,
+        publish: RedisPublisher | None = None,
+        replay_until: int | None = None,
+        mode: str = "enforce",
+        roll_ms: int = 0,
+        retention_ms: int = 0,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.out_dir = Path(out_dir)
+        self.publish = publish  # e.g. fenced per-user throttle state to Redis
+        self.kafka = kafka  # options of the pidquota-kafka writer, or None
+        self.replay_until = replay_until
+        self.mode = mode
+        self.roll_ms, self.retention_ms, self.clock = roll_ms, retention_ms, clock
+        self._kept_at: float | None = None
+        for name in OUTPUTS:
+            (self.out_dir / name).mkdir(parents=True, exist_ok=True)
+        self.on_batch = on_batch
+        self.totals = BatchTotals()
+
+    def __call__(self, batch_df, batch_id: int) -> None:
+        table = self._marked(batch_df.toArrow())  # one collect; Arrow keeps int64 ints with nulls intact
+        frames = _frames(table, batch_id)
+        failed = 0
+        if self.publish is not None:
+            if not self.publish.bound:
+                self.publish.bind(query_id_of(batch_df))
+            # Before the files, so that the metrics rows can say how many publishes failed.
+            # A replayed batch publishes again; the publisher's fencing makes that harmless.
+            self.publish(batch_id, {**frames, "metrics": _enforced(frames["metrics"])})
+            failed = self.publish.failed_publishes
+        frames["metrics"]["failed_publishes"] = failed
+        table = _set(table, "failed_publishes", pc.equal(table["kind"], KIND_METRIC), pa.scalar(failed))
+        for name, part in frames.items():
+            target = self.out_dir / name / retention.part_name(batch_id)
+            if len(part):
+                write_jsonl(part, target)
+            elif target.exists():  # a replay that now writes nothing
+                target.unlink()
+            self.totals.rows[name] += len(part)
+        self._keep(batch_id)
+        if self.kafka:
+            self._send(
+                batch_df.sparkSession, table.filter(pc.invert(pc.fill_null(table["replay"], False))), batch_id
+            )
+        if table.num_rows:  # not the batches Spark runs without data, to move the watermark on
+            self.totals.batches += 1
+        if self.on_batch is not None:
+            self.on_batch(batch_id, frames)
+
+    def _keep(self, batch_id: int, every_s: float = 60.0) -> None:
+        """Roll and expire the output files (``streaming/outputs/retention.py``), at most once a minute."""
+        now = self.clock()
+        if self._kept_at is not None and now - self._kept_at < every_s:
+            return
+        self._kept_at = now
+        for name in OUTPUTS:
+            folder = self.out_dir / name
+            try:
+                retention.roll(folder, batch_id, self.roll_ms, now)
+                retention.expire(folder, self.retention_ms, now)
+            except OSError as exc:  # a full disk, or another run's files: enforcement goes on
+                log.warning("pidquota: output files not rolled or expired (tried again in a minute): %s", exc)
+
+    def _marked(self, table: pa.Table) -> pa.Table:
+        """``mode`` and ``replay`` on the decision and metrics rows."""
+        judged = pc.invert(pc.equal(table["kind"], KIND_DEAD))
+        table = _set(table, "mode", judged, pa.scalar(self.mode))
+        before = pc.less(table["timestamp"], pa.scalar(self.replay_until or 0, pa.int64()))
+        return _set(table, "replay", judged, pc.fill_null(before, False))
+
+    def _send(self, spark, table: pa.Table, batch_id: int) -> None:
+        """The batch's rows to the Kafka topics. The batch is already collected: send that,
+        rather than running the stateful operator a second time for a second action."""
+        if not table.num_rows:
+            return
+        with_id = table.append_column("batch_id", pa.array([batch_id] * table.num_rows, pa.int64()))
+        spark.createDataFrame(with_id).write.format("pidquota-kafka").options(**self.kafka).mode(
+            "append"
+        ).save()
+
+
+def _set(table: pa.Table, column: str, where, value) -> pa.Table:
+    """``table`` with ``column`` = ``value`` where ``where`` holds, null elsewhere."""
+    field = table.schema.field(column)
+    if isinstance(value, pa.Scalar):
+        value = value.cast(field.type)
+    filled = pc.if_else(where, value, pa.scalar(None, field.type))
+    return table.set_column(table.schema.get_field_index(column), column, filled)
+
+
+def _enforced(metrics: pd.DataFrame) -> pd.DataFrame:
+    """The metrics rows that are not replayed (what may be published)."""
+    if not len(metrics):
+        return metrics
+    return metrics[~metrics["replay"].fillna(False).astype(bool)]

@@ -1,0 +1,177 @@
+"""Build the streaming query: source -> parse -> per-principal state -> sink."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.streaming.state import GroupStateTimeout
+
+from pidquota.conf.errors import ConfigError
+from pidquota.conf.loader import Config
+from pidquota.conf.paths import local_path
+from pidquota.quota import QuotaSettings, QuotaSource
+from pidquota.store.kafka import security_options
+from pidquota.streaming import stopping
+from pidquota.streaming.columns import DEAD_PRINCIPAL, KIND_DEAD, KIND_EVENT
+from pidquota.streaming.compact import COMPACT_SCHEMA, compact
+from pidquota.streaming.operator import make_state_function
+from pidquota.streaming.parse import parse_events
+from pidquota.streaming.schema import OUTPUT_SCHEMA, STATE_SCHEMA
+from pidquota.streaming.screen import FOLDED, Screen
+from pidquota.streaming.screen import OPTION as SCREEN_OPTION
+
+COMPACT_COLUMNS = ("principal", "producer_id", "timestamps", "epochs", "dead")
+
+# Spark drops rows older than the watermark before a stateful operator with
+# event-time timeouts, silently. The contract instead judges late events at
+# the principal's current time. So the operator's watermark-tagged column is a
+# NULL timestamp: Spark's late-row filter (`late_guard <= watermark`) is NULL
+# for every row and drops none, while the watermark itself is still computed
+# from event time upstream and drives eviction. A test pins this behaviour.
+
+
+def file_source(
+    spark, path: str, max_files: int, checkpoint: str, stop_flag: str = "", screen: int = 0
+) -> DataFrame:
+    """A JSON-lines file, or a folder of them, as a stream of ``value`` lines
+    (``streaming/sources/files.py``: a fixed order, and every file named is read).
+    ``screen`` (the principal length limit) makes the source screen its lines
+    itself (``streaming/screen.py``), for :func:`enforcer`."""
+    from pidquota.streaming.sources.files import FilesDataSource
+    from pidquota.streaming.sources.listing import LEDGER, check_input
+
+    check_input(path)
+    p = Path(path)
+    where = local_path(checkpoint)
+    if where is None:
+        raise ConfigError(
+            f"a file input keeps the list of files it has read beside its checkpoint, which must be a "
+            f"local (or mounted) folder; {checkpoint!r} is not. Use a path or a file:// URI"
+        )
+    spark.dataSource.register(FilesDataSource)
+    reader = (
+        spark.readStream.format("pidquota-files")
+        .option("path", str(p.resolve()))
+        .option("ledger", str(where / LEDGER))
+    )
+    if max_files:
+        reader = reader.option("maxFilesPerTrigger", max_files)
+    if stop_flag:
+        reader = reader.option(stopping.OPTION, stop_flag)
+    if screen:
+        return reader.option(SCREEN_OPTION, screen).load()
+    return reader.load().select(F.col("value").cast("string").alias("value"), "source_file")
+
+
+def kafka_source(spark, url, config, stop_flag: str = "", screen: int = 0) -> DataFrame:
+    """A Kafka topic as a stream of ``value`` lines plus the record's position and time
+    (``screen``: screened in the source, as :func:`file_source`)."""
+    options = {
+        "kafka.bootstrap.servers": url.bootstrap,
+        "subscribe": url.topic,
+        "startingOffsets": config["pidquota.kafka.starting.offsets"],
+        "failOnDataLoss": str(config["pidquota.kafka.fail.on.data.loss"]).lower(),
+        "fetchTimeoutMs": str(config["pidquota.kafka.fetch.timeout.ms"]),
+        "requestTimeoutMs": str(config["pidquota.kafka.request.timeout.ms"]),
+        **security_options(config),
+    }
+    if stop_flag:
+        options[stopping.OPTION] = stop_flag
+    if screen:
+        options[SCREEN_OPTION] = str(screen)
+    if config["pidquota.max.events.per.trigger"]:
+        options["maxOffsetsPerTrigger"] = str(config["pidquota.max.events.per.trigger"])
+    # (Spark lower-cases these keys on the way to the reader, which expects that.)
+    return spark.readStream.format("pidquota-kafka").options(**options).load()
+
+
+def screened(lines: DataFrame, max_principal: int) -> DataFrame:
+    """Lines to the operator's input: one row per (principal, PID) with its
+    sightings (``COMPACT_SCHEMA``), or a dead letter, plus ``max_ts``.
+
+    Plain events are certified and folded in Arrow (``streaming/screen.py``);
+    every other line takes Spark's strict parse, whose expressions see NULL
+    for the certified rows and cost next to nothing there."""
+    folded = {n for n, _ in FOLDED}
+    others = [c for c in lines.columns if c != "value" and c not in folded]
+    if "check" in lines.columns:  # the source screened its lines itself (streaming/screen.py OPTION)
+        out = lines
+    else:
+        binary = lines.select(F.col("value").cast("binary").alias("value"), *others)
+        screen = Screen(to_arrow_schema(binary.schema), max_principal)
+        out = binary.mapInArrow(screen, from_arrow_schema(pa.schema(list(screen.schema))))
+    check = F.col("check")
+    unchecked = out.select(
+        F.when(check, F.col("value").cast("string")).alias("value"), *others, *(n for n, _ in FOLDED)
+    )
+    parsed = parse_events(unchecked, max_principal, keep=tuple(n for n, _ in FOLDED))
+    event = check & (F.col("kind") == KIND_EVENT)
+    dead = F.when(check & (F.col("kind") == KIND_DEAD), F.to_json(F.struct("raw", "reason", "source")))
+    return parsed.select(
+        F.when(check, F.col("principal")).otherwise(F.col("f_principal")).alias("principal"),
+        F.when(check, F.col("producer_id")).otherwise(F.col("f_producer_id")).alias("producer_id"),
+        F.when(event, F.array("timestamp")).otherwise(F.col("f_timestamps")).alias("timestamps"),
+        F.when(event, F.array("producer_epoch")).otherwise(F.col("f_epochs")).alias("epochs"),
+        dead.alias("dead"),
+        F.when(check, F.col("timestamp")).otherwise(F.col("f_max_ts")).alias("max_ts"),
+    )
+
+
+def state_group(buckets: int):
+    """The operator's group of a row: its principal (``buckets`` = 0), or one of
+    ``buckets`` groups by a hash of the principal (``quota/states.py``). Dead
+    letters (principal ``DEAD_PRINCIPAL``) keep their own group."""
+    principal = F.col("principal")
+    if buckets == 0:
+        return principal
+    bucket = F.concat(F.lit("#"), F.pmod(F.xxhash64(principal), F.lit(buckets)).cast("string"))
+    return F.when(principal == DEAD_PRINCIPAL, principal).otherwise(bucket)
+
+
+def strict(lines: DataFrame, max_principal: int) -> DataFrame:
+    """The same rows as :func:`screened`, every line through Spark's strict parse
+    and then folded (the path before the screen; benchmarks compare the two)."""
+    events = parse_events(lines, max_principal)
+    dead = F.when(F.col("kind") == KIND_DEAD, F.to_json(F.struct("raw", "reason", "source")))
+    inputs = events.select("principal", "producer_id", "producer_epoch", "timestamp", dead.alias("dead"))
+    return inputs.mapInArrow(compact, COMPACT_SCHEMA)
+
+
+def enforcer(
+    lines: DataFrame,
+    config: Config,
+    quotas: QuotaSource,
+    screen: bool = True,
+    replay_until: int | None = None,
+) -> DataFrame:
+    """The enforcer's output rows (``OUTPUT_SCHEMA``) from a stream of lines.
+    ``screen=False`` parses every line strictly (slower, same decisions);
+    ``replay_until``: events before it only rebuild state (``streaming/replay.py``)."""
+    delay = config["pidquota.watermark.delay.ms"]
+    folded = (screened if screen else strict)(lines, config["pidquota.principal.max.length"])
+    folded = folded.withColumn("event_time", F.timestamp_millis("max_ts")).withWatermark(
+        "event_time", f"{delay} milliseconds"
+    )
+    guard = F.lit(None).cast("timestamp").alias("late_guard", metadata={"spark.watermarkDelayMs": delay})
+    judge = make_state_function(quotas, QuotaSettings.from_config(config), replay_until)
+    group = state_group(config["pidquota.state.buckets"]).alias("group")
+    return (
+        folded.select(group, *COMPACT_COLUMNS, guard)
+        .groupBy("group")
+        .applyInPandasWithState(
+            judge, OUTPUT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
+        )
+    )
+
+
+def start(output: DataFrame, sink, checkpoint: str, once: bool, trigger_ms: int, name: str = "pidquota"):
+    writer = output.writeStream.queryName(name).foreachBatch(sink).option("checkpointLocation", checkpoint)
+    if once:
+        writer = writer.trigger(availableNow=True)
+    elif trigger_ms:
+        writer = writer.trigger(processingTime=f"{trigger_ms} milliseconds")
+    return writer.start()

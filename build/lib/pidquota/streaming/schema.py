@@ -1,0 +1,87 @@
+"""The event and output schemas, defined once.
+
+An event is one JSON object per produce request:
+
+============== ======== ======== =========================================
+field          type     required meaning
+============== ======== ======== =========================================
+timestamp      int64    yes      request time at the broker, ms since epoch
+principal      string   yes      the Kafka principal, e.g. ``User:alice``
+producer_id    int64    yes      the PID; -1 (any negative) = not idempotent
+producer_epoch int16    no       the producer epoch (default -1)
+client_id      string   no       the client.id
+broker_id      int32    no       the broker that served the request
+transactional_id string no       the transactional.id, if any
+topic          string   no       a topic of the request
+partition      int32    no       a partition of the request
+============== ======== ======== =========================================
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+# (name, spark type, required, inclusive range or None)
+EVENT_FIELDS: tuple[tuple[str, object, bool, tuple[int, int] | None], ...] = (
+    ("timestamp", LongType(), True, (0, 253_402_300_799_999)),  # up to 9999-12-31
+    ("principal", StringType(), True, None),
+    ("producer_id", LongType(), True, None),
+    ("producer_epoch", IntegerType(), False, (-1, 32_767)),
+    ("client_id", StringType(), False, None),
+    ("broker_id", IntegerType(), False, (0, 2**31 - 1)),
+    ("transactional_id", StringType(), False, None),
+    ("topic", StringType(), False, None),
+    ("partition", IntegerType(), False, (0, 2**31 - 1)),
+)
+EVENT_TYPED = StructType([StructField(n, t, True) for n, t, _, _ in EVENT_FIELDS])
+EVENT_TEXT = StructType([StructField(n, StringType(), True) for n, _, _, _ in EVENT_FIELDS])
+
+# The stateful operator's output: the union of the three row kinds.
+OUTPUT_SCHEMA = StructType(
+    [
+        StructField("kind", StringType()),
+        StructField("principal", StringType()),
+        StructField("producer_id", LongType()),
+        StructField("producer_epoch", IntegerType()),
+        StructField("timestamp", LongType()),
+        StructField("verdict", StringType()),
+        StructField("throttle_time_ms", LongType()),
+        StructField("tokens", DoubleType()),
+        StructField("quota", DoubleType()),
+        StructField("rate", DoubleType()),
+        StructField("events", LongType()),
+        StructField("admitted", LongType()),
+        StructField("throttled", LongType()),
+        StructField("passed", LongType()),
+        StructField("ignored", LongType()),
+        StructField("admitted_total", LongType()),
+        StructField("throttled_total", LongType()),
+        StructField("active_pids_estimate", LongType()),
+        StructField("state_bytes", LongType()),
+        StructField("layers", IntegerType()),
+        StructField("quota_stale", BooleanType()),
+        # Set by the sink on the driver, not the operator: throttle-state publishes
+        # to Redis that failed so far in this run (0 without Redis).
+        StructField("failed_publishes", LongType()),
+        # Set by the sink too: the row only rebuilds state (its event time is before
+        # --replay-until), and the run's pidquota.mode (enforce or shadow).
+        StructField("replay", BooleanType()),
+        StructField("mode", StringType()),
+        StructField("raw", StringType()),
+        StructField("reason", StringType()),
+        StructField("source", StringType()),
+    ]
+)
+OUTPUT_COLUMNS = tuple(f.name for f in OUTPUT_SCHEMA.fields)
+
+# Per-principal state: one versioned blob (PySpark 4.3 cannot take arrays here).
+STATE_SCHEMA = StructType([StructField("blob", BinaryType())])

@@ -1,0 +1,285 @@
+"""The SparkSession pidquota runs in: the one way pidquota connects to Spark.
+
+* **Master.** A master given by ``spark-submit --master``, ``spark.master`` in
+  Spark's usual places (``--conf``, ``spark-defaults.conf``,
+  ``PYSPARK_SUBMIT_ARGS``, ``MASTER``) or ``pidquota run --master`` wins;
+  ``pidquota.spark.master`` applies only when none of them gave one. A
+  ``spark://`` master that does not answer fails at start-up in one line.
+* **Code.** On a non-local master the executors get pidquota's code as a zip
+  (``streaming/ship.py``), unless it already came that way (``--py-files``,
+  which also works on a local master).
+* **Worker Python.** ``spark.pyspark.python`` or ``PYSPARK_PYTHON`` if set,
+  else the interpreter running pidquota (in local mode a fresh virtualenv just
+  works; on a cluster that path must exist on every node).
+* **State store.** ``pidquota.state.store``: Spark's HDFS-backed store or RocksDB
+  with changelog checkpointing (docs/cluster.md's table measures both).
+* **Logs.** Spark logs through ``conf/log4j2.properties`` at
+  ``pidquota.log.level`` (WARN), without the routine lines of every start. A
+  log4j2 configuration of the user's own is left alone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from pidquota.conf.errors import ConfigError, PidquotaError
+from pidquota.conf.loader import CONF_DIR, Config
+
+MASTER_CONNECT_S = 5.0  # a standalone master answers at once, or not at all
+LOG4J2 = CONF_DIR / "log4j2.properties"
+_MASTER_URL = re.compile(r"local(\[[^\]]+\])?|local-cluster\[[^\]]+\]|spark://.+|yarn|k8s://.+")
+_LOG4J_PROPERTY = "log4j2.configurationFile"
+_STATE = "org.apache.spark.sql.execution.streaming.state."
+STATE_STORES = {  # pidquota.state.store -> Spark's SQL settings
+    "hdfs": {"spark.sql.streaming.stateStore.providerClass": _STATE + "HDFSBackedStateStoreProvider"},
+    "rocksdb": {
+        "spark.sql.streaming.stateStore.providerClass": _STATE + "RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    },
+}
+
+
+class JavaNotFoundError(PidquotaError, OSError):
+    """Spark needs a JVM and none was found."""
+
+
+def find_java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        java = Path(home) / "bin" / "java"
+        if java.is_file() and os.access(java, os.X_OK):
+            return str(java)
+        raise JavaNotFoundError(f"JAVA_HOME={home!r} has no bin/java; point it at a JDK 17 or unset it")
+    java = shutil.which("java")
+    if java is None:
+        raise JavaNotFoundError(
+            "Java was not found: Spark needs a JDK 17 or 21 on PATH or in JAVA_HOME "
+            "(Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless)"
+        )
+    return java
+
+
+def spark_session(config: Config, master: str | None = None):
+    """Get or create the session from ``config``; ``master``: ``pidquota run --master``."""
+    find_java()
+    level = config["pidquota.log.level"]
+    conf = _gateway()
+    chosen = choose_master(master, given_master(conf), config["pidquota.spark.master"])
+    check_master(chosen)
+    python = conf.get("spark.pyspark.python", None) or os.environ.get("PYSPARK_PYTHON") or sys.executable
+    os.environ["PYSPARK_PYTHON"] = python
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    partitions = str(config["pidquota.spark.shuffle.partitions"])
+    spark = (
+        SparkSession.builder.appName("pidquota")
+        .master(chosen)
+        .config("spark.pyspark.python", python)
+        .config("spark.sql.shuffle.partitions", partitions)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.streaming.stateStore.stateSchemaCheck", "true")
+        .config("spark.sql.adaptive.enabled", "false")  # not used by streaming; Spark warns if on
+        .getOrCreate()
+    )
+    spark.conf.set("spark.sql.shuffle.partitions", partitions)
+    for key, value in STATE_STORES[config["pidquota.state.store"]].items():
+        spark.conf.set(key, value)
+    _own_logging(spark.sparkContext._jvm)
+    spark.sparkContext.setLogLevel(level)
+    from pidquota.streaming import ship
+
+    if not chosen.startswith("local") or ship.shipped():
+        ship_code(spark.sparkContext)
+    return spark
+
+
+def _gateway():
+    """Start Spark's JVM, or join the one spark-submit started; returns its SparkConf. A JVM
+    pidquota starts logs through ``conf/log4j2.properties`` from its first line, unless the
+    user gave the driver Java options of their own."""
+    from pyspark import SparkConf, SparkContext
+
+    launch = SparkConf(loadDefaults=False)
+    if SparkContext._gateway is None and "spark.driver.extraJavaOptions" not in launch_settings():
+        launch.set("spark.driver.extraJavaOptions", f"-D{_LOG4J_PROPERTY}={LOG4J2.as_uri()}")
+    gateway = _launch(launch) if SparkContext._gateway is None else None
+    SparkContext._ensure_initialized(gateway=gateway, conf=launch)
+    return SparkConf()  # the JVM's: what spark-submit and Spark's configuration files set
+
+
+# What the JVM itself prints on stderr at every start, before any logging: Spark's
+# launcher adds the incubating vector module, and Java says so.
+_JVM_NOISE = (b"WARNING: Using incubator modules",)
+
+
+def _launch(conf):
+    """Spark's JVM, its stderr relayed to ours without :data:`_JVM_NOISE` (spark-submit's
+    JVM, which PySpark joins, keeps its own stderr)."""
+    from pyspark.java_gateway import launch_gateway
+
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return launch_gateway(conf)
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    relay = threading.Thread(target=_relay, args=(gateway.proc.stderr,), name="pidquota-jvm-stderr")
+    relay.daemon = True
+    relay.start()
+    return gateway
+
+
+def _relay(pipe) -> None:
+    """Copy the JVM's stderr to file descriptor 2, as if it were inherited, line by line."""
+    for line in iter(pipe.readline, b""):
+        if not line.startswith(_JVM_NOISE):
+            os.write(2, line)
+
+
+def _own_logging(jvm) -> None:
+    """Log through ``conf/log4j2.properties`` from now on, unless a log4j2 configuration was
+    given (spark-submit without ``--driver-java-options``: its start-up lines are printed
+    already, and SparkContext reloads Spark's defaults while it starts). Spark's defaults
+    would also hide every INFO line from a PySpark driver, whatever the level."""
+    if not jvm.java.lang.System.getProperty(_LOG4J_PROPERTY):
+        jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(jvm.java.net.URI(LOG4J2.as_uri()))
+
+
+# spark-submit's options that take no value, and those that stand for a spark.* key
+_SUBMIT_FLAGS = frozenset({"--verbose", "-v", "--supervise", "--help", "-h", "--version", "--usage-error"})
+_SUBMIT_KEYS = {"--master": "spark.master", "--driver-java-options": "spark.driver.extraJavaOptions"}
+
+
+def submit_options(tokens: list[str]) -> dict[str, str]:
+    """The spark.* settings in spark-submit options (``--master X``, ``--conf k=v``...), up
+    to the application (its script, jar or ``pyspark-shell``): the application's own
+    arguments (``run --master ...``) are not spark-submit's."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(tokens) and tokens[i].startswith("-"):
+        name, eq, value = tokens[i].partition("=")
+        if tokens[i] in _SUBMIT_FLAGS:
+            i += 1
+            continue
+        if not eq:
+            value = tokens[i + 1] if i + 1 < len(tokens) else ""
+        i += 1 if eq else 2
+        if name == "--conf":
+            key, _, conf_value = value.partition("=")
+            out[key.strip()] = conf_value
+        elif name in _SUBMIT_KEYS:
+            out[_SUBMIT_KEYS[name]] = value
+    return out
+
+
+def defaults_options(text: str) -> dict[str, str]:
+    """The settings of a ``spark-defaults.conf`` (Java properties: ``key value``,
+    ``key=value`` or ``key: value``; ``#`` comments)."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*([^\s=:#!][^\s=:]*)\s*[=:]?\s*(.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def launch_settings() -> dict[str, str]:
+    """The spark.* settings the user gave Spark's launcher: ``spark-defaults.conf``,
+    ``PYSPARK_SUBMIT_ARGS`` and (under spark-submit) the JVM's own command line."""
+    from pyspark import SparkContext
+
+    out: dict[str, str] = {}
+    defaults = _defaults_file()
+    if defaults.is_file():
+        out.update(defaults_options(defaults.read_text(encoding="utf-8", errors="replace")))
+    out.update(submit_options(shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", ""))))
+    if SparkContext._jvm is not None:
+        command = SparkContext._jvm.java.lang.System.getProperty("sun.java.command") or ""
+        out.update(submit_options(command.split()[1:]))  # after SparkSubmit's class name
+    return out
+
+
+def _defaults_file() -> Path:
+    import pyspark
+
+    home = os.environ.get("SPARK_HOME") or str(Path(pyspark.__file__).parent)
+    return Path(os.environ.get("SPARK_CONF_DIR") or Path(home, "conf")) / "spark-defaults.conf"
+
+
+def given_master(conf) -> str | None:
+    """``spark.master`` when spark-submit or Spark's configuration gave one, else None.
+    Spark's launcher says ``local[*]`` when nobody did; that value counts only when it was
+    written somewhere (``--master``, ``spark.master``, ``MASTER``)."""
+    value = conf.get("spark.master", None)
+    if value is None:
+        return None
+    if value != "local[*]":
+        return value
+    named = "spark.master" in launch_settings() or os.environ.get("MASTER")
+    return value if named else None
+
+
+def choose_master(flag: str | None, given: str | None, setting: str) -> str:
+    """``--master``, else what Spark was given, else ``pidquota.spark.master``."""
+    if flag and given and flag != given:
+        raise ConfigError(
+            f"--master {flag} disagrees with spark.master={given} (from spark-submit or Spark's "
+            "configuration); give the master in one place"
+        )
+    chosen = flag or given or setting
+    if not _MASTER_URL.fullmatch(chosen):
+        raise ConfigError(
+            f"Spark master {chosen!r} is not a master URL; use local[N], spark://HOST:PORT, yarn or "
+            "k8s://HOST:PORT (--master, or pidquota.spark.master)"
+        )
+    return chosen
+
+
+def check_master(url: str) -> None:
+    """A ``spark://`` master must answer now: else one line, not a minute of retries."""
+    if not url.startswith("spark://"):
+        return
+    addresses = [a.strip() for a in url.removeprefix("spark://").split(",") if a.strip()]
+    errors = []
+    for address in addresses:
+        host, _, port = address.rpartition(":") if re.search(r":\d+$", address) else (address, "", "7077")
+        host = host.strip("[]")  # an IPv6 address: spark://[::1]:7077
+        try:
+            socket.create_connection((host, int(port)), timeout=MASTER_CONNECT_S).close()
+            return
+        except (OSError, ValueError) as exc:
+            errors.append(f"{address}: {getattr(exc, 'strerror', None) or exc}")
+    raise PidquotaError(
+        f"cannot reach the Spark master {url} ({'; '.join(errors)}); is it up, and is the URL right?"
+    )
+
+
+def ship_code(sc) -> None:
+    """Send pidquota's code to the executors (``SparkContext.addPyFile``), unless it came
+    as a zip already (``--py-files``). Before any data source is registered: they carry
+    the session's Python includes from then on."""
+    from pyspark import SparkFiles
+
+    from pidquota.streaming import ship
+
+    if ship.shipped() is None:
+        folder = Path(tempfile.mkdtemp(prefix="pidquota-ship-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)  # Spark serves the file until exit
+        sc.addPyFile(str(ship.write_zip(folder / ship.ZIP_NAME)))
+    # Spark 4's driver-side runner of Python streaming sources looks for the Python
+    # includes under SparkFiles/streaming_job/ (a fixed job id, on every master), where
+    # addPyFile and --py-files do not put them; without copies it cannot import a source.
+    root = Path(SparkFiles.getRootDirectory())
+    (root / "streaming_job").mkdir(exist_ok=True)
+    for name in sc._python_includes:
+        if (root / name).is_file():
+            shutil.copyfile(root / name, root / "streaming_job" / name)

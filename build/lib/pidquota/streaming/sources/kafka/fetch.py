@@ -1,0 +1,167 @@
+"""The executor side of the Kafka source: Fetch requests decoded straight into Arrow.
+
+:func:`read_range` reads one input partition, the offsets ``start <= offset <
+end`` of one topic-partition, and yields Arrow batches in the schema of
+``pidquota.streaming.sources.kafka.source`` (value, kafka_topic, kafka_partition, kafka_offset,
+kafka_timestamp). It sends Kafka Fetch requests itself, on kafka-python's
+connection layer (``pidquota.store.kafka.fetch_client``, so the security options apply),
+and decodes the raw ``records`` bytes of each response with numpy
+(``pidquota.streaming.sources.kafka.records``): a Python
+loop only hops from record to record by their lengths; the other fields, the
+range filter and the gather of the values into one Arrow string column are
+vectorised. No Python object is made per record, and no CRC is checked (the
+broker checks it when the batch is produced; kafka-python's pure-Python CRC-32C
+was most of the old path's time).
+
+Each response is first walked by its batch headers alone (:func:`walk`), which
+gives the next offset to fetch; that Fetch is sent at once and the broker
+serves it while this response is decoded (:func:`decode_rows`) and handed to
+Spark. One connection per Python worker process is kept between reads (and
+triggers) for the same connection options; a read with other options closes it.
+
+Isolation is read_uncommitted, like the end offsets the driver plans with (the
+high watermark): records of aborted transactions are read too, and the
+transaction markers (control batches) are skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from pidquota.store.kafka import KafkaError
+from pidquota.streaming.sources.kafka.connection import MAX_RESPONSE, Connection, lease
+from pidquota.streaming.sources.kafka.records import arrow_batches, decode_rows, walk
+
+log = logging.getLogger("pidquota.kafka")
+FETCH_BYTES = 8 << 20  # max bytes asked per Fetch (grown when one batch is larger)
+RETRY_S = 0.2  # pause after a failed request before the next try
+OFFSET_OUT_OF_RANGE = 1
+
+
+@dataclass
+class _Range:
+    """Where a read stands: the next offset to fetch, the fetch size, and the deadline."""
+
+    tp: object
+    end: int
+    options: dict
+    lost: Callable[[str, dict], None]
+    pos: int
+    max_bytes: int
+    timeout_s: float
+    deadline: float = 0.0
+    ahead: tuple | None = None  # (leader, the Fetch in flight for ``pos``)
+
+    @property
+    def name(self) -> str:
+        return f"{self.tp.topic}-{self.tp.partition}"
+
+
+def read_range(part, lost: Callable[[str, dict], None]) -> Iterator[pa.RecordBatch]:
+    """Read ``part`` (a ``KafkaRange``: topic, partition, start, end, options) as
+    Arrow batches, exactly the records with start <= offset < end, in order.
+
+    Offsets deleted before they were read (retention) and a partition that
+    disappeared are reported to ``lost(what, options)``, which raises unless
+    failOnDataLoss is false; then the gap is skipped. A broker that gives no
+    data for ``fetchTimeoutMs`` fails the read.
+    """
+    from kafka import TopicPartition
+
+    opts = part.options
+    timeout_s = int(opts.get("fetchtimeoutms", 60_000)) / 1000
+    at = _Range(
+        TopicPartition(part.topic, part.partition), part.end, opts, lost, part.start, FETCH_BYTES, timeout_s
+    )
+    with lease(opts) as conn:
+        at.deadline = time.monotonic() + at.timeout_s
+        while at.pos < at.end:
+            records = _fetch(conn, at)
+            if records is None:
+                return  # the partition is gone, and failOnDataLoss is false
+            batches = walk(records, at.pos, at.end)
+            if batches.next_offset > at.pos:
+                at.pos, at.deadline = batches.next_offset, time.monotonic() + at.timeout_s
+                _send_ahead(conn, at)  # the next Fetch is served while these rows are decoded
+                yield from arrow_batches(decode_rows(batches, at.name), at.tp.topic, at.tp.partition)
+            elif records and not batches.complete_batches:
+                at.max_bytes = min(2 * at.max_bytes, MAX_RESPONSE)  # one batch larger than the fetch
+            else:
+                _give_up_after_timeout(at)
+
+
+def _give_up_after_timeout(at: _Range) -> None:
+    if time.monotonic() > at.deadline:
+        raise KafkaError(
+            f"no data from {at.name} for {at.timeout_s:g} s while reading offsets {at.pos}..{at.end - 1} "
+            f"from {at.options['kafka.bootstrap.servers']}: is the broker up? "
+            "(pidquota.kafka.fetch.timeout.ms sets how long to wait)"
+        )
+
+
+def _fetch(conn: Connection, at: _Range) -> bytes | None:
+    """The records bytes at ``at.pos``: b"" when there is nothing yet (or a
+    retriable error), None when the partition no longer exists."""
+    import kafka.errors as errors
+
+    try:
+        if at.ahead is None:
+            node = conn.leader(at.tp)
+            if node is None:
+                at.lost(f"{at.name} no longer exists (the topic was deleted or recreated?)", at.options)
+                return None
+            at.ahead = (node, conn.send(at.tp, node, at.pos, at.max_bytes))
+        (node, pending), at.ahead = at.ahead, None
+        data = conn.receive(pending)
+        if data.error_code == OFFSET_OUT_OF_RANGE:
+            return _out_of_range(conn, node, at)
+        if data.error_code:
+            error = errors.for_code(data.error_code)
+            if not issubclass(error, errors.RetriableError):
+                raise KafkaError(
+                    f"fetching {at.name} at offset {at.pos} from {at.options['kafka.bootstrap.servers']} "
+                    f"failed: {error.__name__}: {error.description}"
+                )
+            raise error()
+        return data.records or b""
+    except errors.KafkaError as exc:  # retriable: no connection, a timeout, a leader moving
+        log.debug("fetching %s at %d: %s; retrying", at.name, at.pos, exc)
+        if isinstance(exc, errors.InvalidMetadataError):
+            conn.client.cluster.request_update()
+        time.sleep(RETRY_S)
+        return b""
+
+
+def _send_ahead(conn: Connection, at: _Range) -> None:
+    """Send the Fetch for ``at.pos`` now, if the range goes on (else nothing is left in
+    flight on a connection handed back idle). A failure here is retried by :func:`_fetch`."""
+    import kafka.errors as errors
+
+    if at.pos >= at.end:
+        return
+    try:
+        node = conn.leader(at.tp)
+        if node is not None:
+            at.ahead = (node, conn.send(at.tp, node, at.pos, at.max_bytes))
+    except errors.KafkaError as exc:
+        log.debug("sending the next Fetch of %s at %d: %s", at.name, at.pos, exc)
+
+
+def _out_of_range(conn: Connection, node: int, at: _Range) -> bytes | None:
+    """The offset to read is gone: deleted by retention, or past a truncated log end."""
+    first = conn.list_offset(at.tp, node, -2)
+    if first > at.pos:
+        at.lost(f"{at.name} offsets {at.pos}..{first - 1} were deleted before they were read", at.options)
+        at.pos = first
+        return b""
+    last = conn.list_offset(at.tp, node, -1)
+    at.lost(
+        f"{at.name} offsets {at.pos}..{at.end - 1} are past the log end {last} (truncated or recreated)",
+        at.options,
+    )
+    return None

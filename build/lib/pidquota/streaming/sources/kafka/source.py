@@ -1,0 +1,308 @@
+"""A Kafka streaming source on kafka-python (``pidquota-kafka``).
+
+Spark's own Kafka connector is a JVM jar; this one is a Python data source.
+Offsets are ``{topic: {partition: offset}}`` (JSON keys are strings).
+
+End offsets are the larger of ListOffsets "latest" and the high watermark
+that a Fetch reports. On Kafka the two agree. Tansu, the broker the tests
+run, under-reports ListOffsets at the end of a multi-record batch while its
+high watermark is right, so this source reads exactly to the true end on both.
+The driver asks both on one consumer that lives as long as the reader.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from pidquota.store.kafka import KafkaError, consumer, normalized, parse_starting_offsets, safe_options
+from pidquota.streaming import stopping
+from pidquota.streaming.screen import screen_batches, screen_limit, screened_schema
+from pidquota.streaming.sources.kafka.records import ARROW, SCHEMA
+
+log = logging.getLogger("pidquota.kafka")
+
+
+class KafkaRange(InputPartition):
+    def __init__(self, topic: str, partition: int, start: int, end: int, options: dict):
+        self.topic, self.partition, self.start, self.end, self.options = topic, partition, start, end, options
+
+
+def _consumer(options: dict, **extra):
+    return consumer(options, request_timeout_ms=int(options.get("requesttimeoutms", 30_000)), **extra)
+
+
+def _driver_client(options: dict):
+    """The driver's consumer: metadata, ListOffsets, and a Fetch at the end for the high
+    watermark. Such a Fetch is answered within 10 ms (a short long-poll; Tansu never answers
+    one of 0 ms) with one small batch at most. Incremental fetch sessions are off, so that every
+    Fetch names every partition and every answer carries its high watermark (in a session, a
+    partition with nothing new may be left out of the answer)."""
+    from kafka import KafkaConsumer
+
+    extra = {"fetch_max_wait_ms": 10, "max_partition_fetch_bytes": 1024}
+    if "enable_incremental_fetch_sessions" in KafkaConsumer.DEFAULT_CONFIG:
+        extra["enable_incremental_fetch_sessions"] = False
+    return _consumer(options, **extra)
+
+
+def _lost(what: str, options: dict) -> None:
+    """Data the query needs is gone: fail (the default), or with failOnDataLoss=false log a
+    warning naming what is skipped and carry on."""
+    if options.get("failondataloss", "true").lower() == "true":
+        raise KafkaError(
+            f"data loss: {what}. The query cannot resume where it stopped; set "
+            "pidquota.kafka.fail.on.data.loss=false to skip what is gone and carry on"
+        )
+    log.warning("data loss skipped (pidquota.kafka.fail.on.data.loss=false): %s", what)
+
+
+def share(available: dict, budget: int) -> dict:
+    """Split ``budget`` records over partitions in proportion to what each has ``available``,
+    never more in total: each gets its share rounded down, then the records left over go one
+    each to the largest remainders (then the longest backlogs). ``budget >= 1`` always moves."""
+    total = sum(available.values())
+    if total <= budget:
+        return dict(available)
+    take = {k: budget * n // total for k, n in available.items()}
+    left = budget - sum(take.values())
+    ranked = sorted(available, key=lambda k: (-(budget * available[k] % total), -available[k], k))
+    for k in ranked[:left]:  # a remainder > 0 means its share is below what it has
+        take[k] += 1
+    return take
+
+
+def _copy(offsets: dict) -> dict:
+    return {topic: dict(parts) for topic, parts in offsets.items()}
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: dict):
+        options = normalized(options)
+        if not options.get("kafka.bootstrap.servers") or not options.get("subscribe"):
+            raise KafkaError("the Kafka source needs options 'kafka.bootstrap.servers' and 'subscribe'")
+        self.options = options
+        self.topics = [t.strip() for t in options["subscribe"].split(",") if t.strip()]
+        self.max_per_trigger = int(options.get("maxoffsetspertrigger", 0))
+        self._client = None
+        self._target: dict | None = None  # availableNow: the end offsets when the query started
+        log.info("Kafka source options: %s", safe_options(options))  # the SASL password redacted
+
+    # -- driver side -------------------------------------------------------------------
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = _driver_client(self.options)
+        return self._client
+
+    def _partitions(self):
+        from kafka import TopicPartition
+
+        tps = []
+        for topic in self.topics:
+            parts = self.client.partitions_for_topic(topic)
+            if not parts:
+                raise KafkaError(
+                    f"topic {topic!r} does not exist on {self.options['kafka.bootstrap.servers']}"
+                )
+            tps += [TopicPartition(topic, p) for p in sorted(parts)]
+        return tps
+
+    def _end_offsets(self, tps) -> dict:
+        """max(ListOffsets latest, Fetch high watermark) per partition, on the driver's one client.
+
+        A consumer keeps the last high watermark it saw: ``unsubscribe`` drops that state, so each
+        call waits for a Fetch answered after its own ListOffsets. (kafka-python takes a late
+        answer to an earlier call's Fetch only if that Fetch was for the offset just sought, i.e.
+        ListOffsets has not moved since, so nothing was appended meanwhile.) The wait is bounded
+        by the request timeout; a partition without an answer by then keeps ListOffsets' end, a
+        lower bound: the next trigger reads the rest.
+        """
+        c = self.client
+        listed = c.end_offsets(tps)
+        c.unsubscribe()
+        c.assign(tps)
+        for tp in tps:
+            c.seek(tp, listed[tp])
+        timeout_ms = int(self.options.get("requesttimeoutms", 30_000))
+        deadline = time.monotonic() + timeout_ms / 1000
+        while (silent := [tp for tp in tps if c.highwater(tp) is None]) and time.monotonic() < deadline:
+            c.poll(timeout_ms=5, max_records=1, update_offsets=False)
+        if silent:
+            log.warning(
+                "no high watermark from %s within %g s (pidquota.kafka.request.timeout.ms); "
+                "reading to ListOffsets' end there this trigger",
+                ", ".join(f"{tp.topic}-{tp.partition}" for tp in silent),
+                timeout_ms / 1000,
+            )
+        return {tp: max(listed[tp], c.highwater(tp) or 0) for tp in tps}
+
+    def _map(self, offsets: dict) -> dict:
+        out: dict[str, dict[str, int]] = {}
+        for tp, off in offsets.items():
+            out.setdefault(tp.topic, {})[str(tp.partition)] = int(off)
+        return out
+
+    def _starts(self, start: dict, ends: dict) -> dict:
+        """A copy of ``start`` (Spark's, not changed) plus the partitions of ``ends`` it lacks,
+        which are new: they start at their beginning offset, as in Spark's Kafka connector."""
+        from kafka import TopicPartition
+
+        out = _copy(start)
+        new = [
+            TopicPartition(t, int(p)) for t, parts in ends.items() for p in parts if p not in out.get(t, {})
+        ]
+        if new:
+            for topic, parts in self._map(self.client.beginning_offsets(new)).items():
+                out.setdefault(topic, {}).update(parts)
+        return out
+
+    def initialOffset(self) -> dict:
+        tps = self._partitions()
+        how = parse_starting_offsets(self.options.get("startingoffsets", "earliest"))
+        if how == "earliest":
+            return self._map(self.client.beginning_offsets(tps))
+        if how == "latest":
+            return self._map(self._end_offsets(tps))
+        if isinstance(how, int):  # a timestamp in ms: ListOffsets by time
+            found = self.client.offsets_for_times({tp: how for tp in tps})
+            ends = self._end_offsets(tps)
+            return self._map({tp: (found[tp].offset if found[tp] else ends[tp]) for tp in tps})
+        return self._given(tps, how)
+
+    def _given(self, tps, given: dict) -> dict:
+        """A JSON offset map: -1 is the partition's end and -2 its beginning (Spark's convention);
+        a partition it leaves out starts at its beginning."""
+        out = self._map(self.client.beginning_offsets(tps))
+        latest = any(-1 in parts.values() for parts in given.values())
+        ends = self._map(self._end_offsets(tps)) if latest else {}
+        for topic, parts in given.items():
+            for p, off in parts.items():
+                if p not in out.get(topic, {}):
+                    raise KafkaError(f"startingOffsets names {topic}-{p}, which does not exist")
+                if off != -2:
+                    out[topic][p] = ends[topic][p] if off == -1 else off
+        return out
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """availableNow: read what is there now, in batches within the engine's read limit."""
+        self._target = self._map(self._end_offsets(self._partitions()))
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        """The end of the next batch: the topics' ends (availableNow: the target fixed at the
+        start, never beyond), within the engine's ``limit``. ``start`` is Spark's: not changed."""
+        if stopping.requested(self.options):
+            return start
+        tps = self._partitions()
+        ends = _copy(self._target) if self._target is not None else self._map(self._end_offsets(tps))
+        for topic, parts in start.items():  # partitions that disappeared
+            for p, off in parts.items():
+                if p not in ends.get(topic, {}):
+                    _lost(
+                        f"{topic}-{p} no longer exists (the topic was recreated with fewer partitions?); "
+                        f"what it held from offset {off} on is not read",
+                        self.options,
+                    )
+        return self._limited(start, self._starts(start, ends), ends, limit)
+
+    def _limited(self, start: dict, starts: dict, ends: dict, limit) -> dict:
+        """``ends`` within ``limit``, the ReadLimit Spark passes (pyspark 4.3 may pass any of
+        ReadAllAvailable, ReadMaxRows, ReadMinRows, ReadMaxFiles, ReadMaxBytes)."""
+        available = {(t, p): max(0, ends[t][p] - starts[t][p]) for t in ends for p in ends[t]}
+        if isinstance(limit, ReadAllAvailable):
+            return ends
+        if isinstance(limit, ReadMinRows):  # availableNow must finish: the rest of its target is enough
+            enough = sum(available.values()) >= limit.min_rows or self._target is not None
+            return ends if enough else start
+        if not isinstance(limit, ReadMaxRows) or limit.max_rows < 1:
+            raise KafkaError(
+                f"Spark asked the Kafka source for a batch within {limit!r}, which it cannot honour: "
+                "it counts records, and needs a limit of at least 1 (maxOffsetsPerTrigger, "
+                "pidquota.max.events.per.trigger)"
+            )
+        out = _copy(ends)
+        for (t, p), n in share(available, limit.max_rows).items():
+            if available[(t, p)]:
+                out[t][p] = starts[t][p] + n
+        return out
+
+    def getDefaultReadLimit(self):
+        return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()
+
+    def partitions(self, start: dict, end: dict):
+        """One range per partition with records from ``start`` to ``end``. A partition missing
+        from ``start`` is new: it starts at its beginning offset, as ``latestOffset`` counted it,
+        and records already deleted from it are data loss (as in Spark's Kafka connector)."""
+        starts = self._starts(start, end)
+        ranges = []
+        for topic, parts in end.items():
+            for p, until in parts.items():
+                since, new = starts[topic][p], p not in start.get(topic, {})
+                if new and since > 0:
+                    _lost(
+                        f"{topic}-{p} is a new partition, but its offsets 0..{since - 1} were deleted "
+                        "before they were read",
+                        self.options,
+                    )
+                if until > since:
+                    ranges.append(KafkaRange(topic, int(p), int(since), int(until), self.options))
+                elif until < since and not new:
+                    _lost(
+                        f"{topic}-{p} went back from offset {since} to {until} (truncated or recreated); "
+                        f"reading goes on from offset {until}",
+                        self.options,
+                    )
+        return ranges
+
+    def commit(self, end: dict) -> None:
+        pass  # Spark's checkpoint is the source of truth; nothing is committed to Kafka
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    # -- executor side -------------------------------------------------------------------
+    def read(self, partition: KafkaRange) -> Iterator[pa.RecordBatch]:
+        from pidquota.streaming.sources.kafka.fetch import (
+            read_range,  # Fetch requests decoded straight into Arrow
+        )
+
+        limit = screen_limit(partition.options)
+        batches = read_range(partition, _lost)
+        return screen_batches(batches, ARROW, limit) if limit else batches
+
+
+class KafkaDataSource(DataSource):
+    """``spark.readStream.format("pidquota-kafka").option("kafka.bootstrap.servers", ...)
+    .option("subscribe", "events").load()``; see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pidquota-kafka"
+
+    def schema(self):
+        return from_arrow_schema(screened_schema(ARROW)) if screen_limit(self.options) else SCHEMA
+
+    def streamReader(self, schema) -> KafkaStreamReader:
+        return KafkaStreamReader(self.options)
+
+    def writer(self, schema, overwrite: bool):
+        from pidquota.streaming.outputs.kafka import KafkaBatchWriter
+
+        return KafkaBatchWriter(self.options)
+
+    def streamWriter(self, schema, overwrite: bool):
+        from pidquota.streaming.outputs.kafka import KafkaStreamWriter
+
+        return KafkaStreamWriter(self.options)

@@ -1,0 +1,92 @@
+"""The real query run once (availableNow) on a folder of events, like ``pidquota run --once``, in the
+tests' shared SparkSession."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from pidquota.conf.loader import load
+from pidquota.streaming.outputs.reader import read_output
+
+
+def write_events(path: Path, events: list) -> Path:
+    """Write events (dicts, or raw strings written as they are) as JSON lines."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for e in events:
+            f.write((e if isinstance(e, str) else json.dumps(e)) + "\n")
+    return path
+
+
+class Enforcer:
+    """Runs the real query once (availableNow) on a folder, like ``run --once``."""
+
+    def __init__(self, spark, tmp: Path, quotas: dict, replay_until: int | None = None, **settings):
+        from pidquota.quota import StaticQuotas
+
+        self.spark, self.tmp = spark, tmp
+        self.input, self.out = tmp / "in", tmp / "out"
+        self.input.mkdir(parents=True, exist_ok=True)
+        self.config = load(overrides={"pidquota.spark.shuffle.partitions": "2", **settings}, environ={})
+        self.quotas = StaticQuotas(quotas)
+        self.screen = self.config["pidquota.principal.max.length"]  # as the CLI: lines screened in the source
+        self.last_progress = None
+        self.replay_until = replay_until  # as run --replay-until
+
+    def run(self, events: list, name: str = "events") -> dict[str, pd.DataFrame]:
+        from pidquota.streaming import query as q
+
+        n = len(list(self.input.glob("*.jsonl")))
+        write_events(self.input / f"{n:03d}-{name}.jsonl", events)
+        return self._run(
+            q.file_source(self.spark, str(self.input), 0, str(self.out / "_ck"), screen=self.screen)
+        )
+
+    def run_batches(self, batches: list[list], name: str = "events") -> dict[str, pd.DataFrame]:
+        """Write each list of events as a file and run once, one file per micro-batch."""
+        from pidquota.streaming import query as q
+
+        n = len(list(self.input.glob("*.jsonl")))
+        for k, events in enumerate(batches):
+            write_events(self.input / f"{n + k:03d}-{name}.jsonl", events)
+        return self._run(
+            q.file_source(self.spark, str(self.input), 1, str(self.out / "_ck"), screen=self.screen)
+        )
+
+    def run_lines(self, lines: list, name: str = "lines") -> dict[str, pd.DataFrame]:
+        """Write raw records (str or bytes, one per line) as they are, and run on the folder."""
+        from pidquota.streaming import query as q
+
+        n = len(list(self.input.glob("*.jsonl")))
+        data = [x if isinstance(x, bytes) else x.encode("utf-8") for x in lines]
+        (self.input / f"{n:03d}-{name}.jsonl").write_bytes(b"\n".join(data) + b"\n")
+        return self._run(
+            q.file_source(self.spark, str(self.input), 0, str(self.out / "_ck"), screen=self.screen)
+        )
+
+    def run_kafka(self, url: str, kafka_out: dict | None = None) -> dict[str, pd.DataFrame]:
+        """Everything available in a Kafka topic, like ``run --input kafka://... --once``."""
+        from pidquota.store.kafka import KafkaUrl
+        from pidquota.streaming import query as q
+        from pidquota.streaming.sources.kafka.source import KafkaDataSource
+
+        self.spark.dataSource.register(KafkaDataSource)
+        return self._run(
+            q.kafka_source(self.spark, KafkaUrl.parse(url), self.config, screen=self.screen), kafka_out
+        )
+
+    def _run(self, lines, kafka_out: dict | None = None) -> dict[str, pd.DataFrame]:
+        from pidquota.streaming import query as q
+        from pidquota.streaming.outputs.sink import JsonlSink
+
+        sink = JsonlSink(self.out, kafka=kafka_out, replay_until=self.replay_until)
+        output = q.enforcer(lines, self.config, self.quotas, replay_until=self.replay_until)
+        query = q.start(output, sink, str(self.out / "_ck"), True, 0)
+        try:
+            query.awaitTermination()
+        finally:
+            self.last_progress = query.recentProgress
+        return {k: read_output(self.out, k) for k in ("decisions", "metrics", "dead-letters")}

