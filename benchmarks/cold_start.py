@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -31,11 +30,9 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from pidquota.streaming.outputs.reader import read_output  # noqa: E402
-from pidquota.traffic.generator import TrafficGenerator  # noqa: E402
-from pidquota.traffic.mixes import validate_mix  # noqa: E402
+from pidquota.streaming.outputs.reader import read_output
+from pidquota.traffic.generator import TrafficGenerator
+from pidquota.traffic.mixes import validate_mix
 
 W = 3_600_000
 SPAN = W + W // 4

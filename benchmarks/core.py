@@ -9,16 +9,13 @@ Prints numbers; asserts nothing. Run it on an idle machine.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import tracemalloc
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from pidquota.quota import PrincipalQuota, QuotaSettings  # noqa: E402
+from pidquota.quota import PrincipalQuota, QuotaSettings
 
 S = QuotaSettings()
 MIN = 60_000

@@ -11,20 +11,15 @@ scrape's time and size, and the process's peak memory. Asserts nothing.
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import statistics
-import sys
 import time
 
 import numpy as np
 import pandas as pd
+from prometheus_client import generate_latest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from prometheus_client import generate_latest  # noqa: E402
-
-from pidquota.observe.exporter import Exporter  # noqa: E402
+from pidquota.observe.exporter import Exporter
 
 
 def batch(users: int, b: int) -> dict:

@@ -12,18 +12,14 @@ would skip; this prints what that costs. Asserts nothing.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.streaming import write_input  # noqa: E402
-from pidquota.conf.loader import load  # noqa: E402
-from pidquota.quota import StaticQuotas  # noqa: E402
+from benchmarks.streaming import write_input
+from pidquota.conf.loader import load
+from pidquota.quota import StaticQuotas
 
 
 def spark_text(spark, folder: Path, work: Path):

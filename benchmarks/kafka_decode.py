@@ -22,16 +22,12 @@ kafka-python's ``MemoryRecords`` (with and without CRC checks) versus
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import pyarrow as pa
 
-import pyarrow as pa  # noqa: E402
-
-from benchmarks.tansu import start_tansu  # noqa: E402
-from pidquota.traffic.generator import TrafficGenerator  # noqa: E402
+from benchmarks.tansu import start_tansu
+from pidquota.traffic.generator import TrafficGenerator
 
 
 def produce(bootstrap: str, topic: str, partitions: int, events: int) -> None:

@@ -13,16 +13,12 @@ answer against the true end. No SparkSession is started.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.tansu import start_tansu  # noqa: E402
+from benchmarks.tansu import start_tansu
 
 
 def report(name: str, secs: list[float]) -> None:

@@ -13,19 +13,15 @@ with its JSON-lines sink. Asserts nothing.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.tansu import start_tansu  # noqa: E402
-from pidquota.conf.loader import load  # noqa: E402
-from pidquota.quota import StaticQuotas  # noqa: E402
-from pidquota.traffic.generator import TrafficGenerator  # noqa: E402
+from benchmarks.tansu import start_tansu
+from pidquota.conf.loader import load
+from pidquota.quota import StaticQuotas
+from pidquota.traffic.generator import TrafficGenerator
 
 
 def main() -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -30,11 +29,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.streaming import write_input  # noqa: E402
-from pidquota.conf.loader import load  # noqa: E402
-from pidquota.quota import StaticQuotas  # noqa: E402
+from benchmarks.streaming import write_input
+from pidquota.conf.loader import load
+from pidquota.quota import StaticQuotas
 
 TICK_S = 0.25
 

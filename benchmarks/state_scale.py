@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import re
 import shutil
 import statistics
@@ -39,8 +38,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 T0 = 1_767_225_600_000
 _VERSIONED = re.compile(r"^(\d+)\.(delta|snapshot|changelog|zip)$")

@@ -28,19 +28,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from pidquota.conf.loader import Config, load  # noqa: E402
-from pidquota.quota import StaticQuotas  # noqa: E402
+from pidquota.conf.loader import Config, load
+from pidquota.quota import StaticQuotas
 
 EVENT_SCHEMA = "timestamp long, principal string, producer_id long, producer_epoch int"
 

@@ -5,17 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from pidquota.cli.common import add_config_flags
-from pidquota.conf.loader import Config, load, parse_overrides
+from pidquota.cli.common import add_config_flags, load_settings
 from pidquota.traffic.blocks import BlockStore, FileBlockStore, RedisBlockStore
 
 DEFAULT_BLOCKS = "pidquota-blocks.json"
-
-
-def settings(args: argparse.Namespace) -> Config:
-    """The validated settings (``--config``, ``PIDQUOTA_*``, ``--set``): Redis AUTH, TLS and prefix,
-    and the Kafka security settings, apply to the generator as they do to the enforcer."""
-    return load(args.config, parse_overrides(args.set))
 
 
 def block_store(args: argparse.Namespace) -> BlockStore:
@@ -23,7 +16,7 @@ def block_store(args: argparse.Namespace) -> BlockStore:
         from pidquota.store.client import connect_config
         from pidquota.store.keys import Keys
 
-        config = settings(args)
+        config = load_settings(args)
         client = connect_config(config, args.redis)
         return RedisBlockStore(client, Keys(config["pidquota.redis.prefix"]).pid_blocks)
     return FileBlockStore(args.blocks)

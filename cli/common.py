@@ -18,6 +18,13 @@ def add_config_flags(p) -> None:
     )
 
 
+def load_settings(args: argparse.Namespace, **overrides: str) -> Config:
+    """The validated settings of ``--config`` and ``--set`` (plus ``overrides``, which win), over
+    ``PIDQUOTA_*`` and the defaults: Redis AUTH, TLS and prefix, and the Kafka security settings,
+    apply to every command as they do to the enforcer."""
+    return load(args.config, {**parse_overrides(args.set), **overrides})
+
+
 def add_redis_flags(p) -> None:
     """``--redis URL`` and the settings flags, for the commands that talk to Redis."""
     p.add_argument(
@@ -28,10 +35,7 @@ def add_redis_flags(p) -> None:
 
 def redis_from(args: argparse.Namespace) -> tuple[object, Config]:
     """The Redis client and settings of ``--redis`` (or ``pidquota.redis.url``); none given is an error."""
-    overrides = parse_overrides(args.set)
-    if args.redis:
-        overrides["pidquota.redis.url"] = args.redis
-    config = load(args.config, overrides)
+    config = load_settings(args, **({"pidquota.redis.url": args.redis} if args.redis else {}))
     url = config["pidquota.redis.url"]
     if not url:
         raise ConfigError("no Redis given: pass --redis redis://HOST:PORT/DB or set pidquota.redis.url")

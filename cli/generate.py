@@ -8,7 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from pidquota.cli.blocks import add_block_store_flags, block_store, settings
+from pidquota.cli.blocks import add_block_store_flags, block_store
+from pidquota.cli.common import load_settings
 from pidquota.conf.durations import EXAMPLES, parse_duration_ms
 from pidquota.conf.errors import ConfigError
 from pidquota.traffic.generator import DEFAULT_START_MS, TrafficGenerator
@@ -109,7 +110,7 @@ class _EventSink:
 
             url = KafkaUrl.parse(self.args.to)
             self.topic = url.topic
-            options = {"kafka.bootstrap.servers": url.bootstrap, **security_options(settings(self.args))}
+            options = {"kafka.bootstrap.servers": url.bootstrap, **security_options(load_settings(self.args))}
             self._producer = producer(options, client_id="pidquota-generate")
         return self
 

@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 
 from pidquota.cli import preflight
-from pidquota.cli.common import add_config_flags
+from pidquota.cli.common import add_config_flags, load_settings
 from pidquota.conf.errors import PidquotaError
-from pidquota.conf.loader import load, parse_overrides
 from pidquota.quota import QuotaSettings, StaticQuotas
 from pidquota.store.kafka import KafkaUrl
 
@@ -64,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     share = _number_flag(args.default_share, "--default-share", check_share)
     quotas = None if args.what_if is None else _what_if_quotas(args.what_if)
     script = _script_target(args)
-    config = load(args.config, parse_overrides(args.set))
+    config = load_settings(args)
     if args.input.startswith("kafka://"):
         KafkaUrl.parse(args.input)
     else:

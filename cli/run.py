@@ -272,7 +272,7 @@ def _first_line(error: BaseException) -> str:
         m = _EXCEPTION_LINE.match(line.strip())
         if m and not m.group(3).rstrip().endswith("(most recent call last):"):
             found.append(line.strip())
-    ours = [x for x in found if x.startswith(("pidquota.conf.errors.", "PidquotaError", "CorruptStateError"))]
+    ours = [x for x in found if x.startswith(("pidquota.", "PidquotaError", "CorruptStateError"))]
     if ours or found:
         return (ours or found)[0]
     return text.strip().splitlines()[0] if text.strip() else type(error).__name__

@@ -7,7 +7,7 @@ a second before any quota logic runs. Grouping principals into a fixed
 number of groups (``pidquota.state.buckets``) bounds that cost, and this
 container keeps each principal's own state and timer inside its group's row.
 
-Each principal keeps its :class:`~quota.PrincipalQuota` bytes, untouched
+Each principal keeps its :class:`~pidquota.quota.PrincipalQuota` bytes, untouched
 until it has events again, and the event time from which it may be evicted
 (its *timer*). The group's timer is the earliest of its principals'. Spark
 calls the group when it has events, or when its timer has passed the

@@ -1,7 +1,7 @@
 """Quota suggestions: the rules of ``pidquota recommend``. Pure Python, clock-free.
 
 What makes a user safe under a quota follows from the contract
-(:class:`quota.TokenBucket`): the bucket holds ``B = R`` tokens (R >= 1) and
+(:class:`pidquota.quota.TokenBucket`): the bucket holds ``B = R`` tokens (R >= 1) and
 refills at ``R`` per window W, so over any closed interval of length L at
 most ``R + R * L / W`` new PIDs get in.
 

@@ -177,7 +177,7 @@ def producer(options: dict, **extra):
 def fetch_client(options: dict, **extra):
     """kafka-python's connection layer (``KafkaNetClient``: metadata, connections,
     requests), bootstrapped, for the Kafka source's own Fetch requests
-    (``streaming/sources/kafka/fetch.py``); the same ``kafka.*`` options as the producer."""
+    (``streaming/sources/kafka/connection.py``); the same ``kafka.*`` options as the producer."""
     from kafka.net.compat import KafkaNetClient
 
     def bootstrapped(**kwargs):

@@ -3,7 +3,7 @@
 Each group is the events of this micro-batch of a fixed group of
 principals (``pidquota.state.buckets``; ``quota/states.py`` holds their
 states in one row), or the dead letters, passed straight through. All quota
-logic lives in :class:`quota.PrincipalQuota`; this module only moves
+logic lives in :class:`pidquota.quota.PrincipalQuota`; this module only moves
 columns and state.
 """
 

@@ -11,7 +11,7 @@ the fixtures live in the ``harness`` package (``tests/harness/``).
 ``prometheus``). Every test that starts none of Spark, a subprocess of pidquota or a
 cluster is also marked ``quick``: ``pytest -m quick`` is the developer's tier
 (docs/development.md). Markers are strict (pyproject.toml), and what a test starts is
-checked against its markers (``harness.require``, and :func:`_spark_needs_its_marker`).
+checked against its markers (``harness.require``, and :func:`_spark_needs_its_marker` for a SparkSession).
 """
 
 from __future__ import annotations
@@ -54,22 +54,23 @@ def pytest_runtest_teardown(item):
     harness.current = None
 
 
-@pytest.fixture(autouse=True)
-def _spark_needs_its_marker(request, monkeypatch):
-    """A test without the ``spark`` marker that reaches for a SparkSession fails, naming the
-    marker, instead of quietly starting a JVM in the quick tier."""
-    if any(request.node.get_closest_marker(m) for m in SLOW):
-        return
+@pytest.fixture(scope="session", autouse=True)
+def _spark_needs_its_marker():
+    """A test without the ``spark`` (or ``e2e``, ``cluster``) marker that reaches for a
+    SparkSession, in the test or in a fixture of any scope, fails, naming the marker, instead
+    of quietly starting a JVM in the quick tier."""
     from pidquota.streaming import session
 
-    def refuse(*args, **kwargs):
-        pytest.fail(
-            f"{request.node.nodeid} starts Spark but is not marked 'spark': use the spark fixture, "
-            "or mark it with pytest.mark.spark",
-            pytrace=False,
-        )
+    real = session.spark_session
 
-    monkeypatch.setattr(session, "spark_session", refuse)
+    def checked(*args, **kwargs):
+        if harness.current is not None and not any(harness.current.get_closest_marker(m) for m in SLOW):
+            harness.require("spark", "a SparkSession")
+        return real(*args, **kwargs)
+
+    session.spark_session = checked
+    yield
+    session.spark_session = real
 
 
 @pytest.fixture(scope="session")

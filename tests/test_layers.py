@@ -29,7 +29,7 @@ BELOW = {
     "": {"cli"},  # pidquota/__init__.py and __main__.py
 }
 # Modules that must import without Spark: the CLI's start-up checks run before it starts.
-SPARK_FREE = ("pidquota.cli.preflight",)
+SPARK_FREE = ("pidquota.cli.preflight", "pidquota.cli.run_plan")
 
 
 def modules() -> dict[str, Path]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -22,6 +23,17 @@ PACKAGE_DIRS = SETUPTOOLS["package-dir"]
 FOLDERS = {folder for folder in PACKAGE_DIRS.values()}
 # Top-level names that other distributions on PyPI own (mosaicml-streaming installs `streaming`).
 SQUATTED = ("streaming", "conf", "store", "quota", "bloom", "traffic")
+# What the wheel test does not copy of the checkout.
+IGNORED = (
+    ".git",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    ".ruff_cache",
+    "pidquota-out",
+)
 
 
 @pytest.mark.parametrize("package", sorted(PACKAGE_DIRS))
@@ -116,8 +128,11 @@ def _pip(python: Path | str, *args: str) -> None:
 
 @pytest.mark.e2e
 def test_the_wheel_installs_pidquota_alone_and_runs_beside_squatters(tmp_path):
+    # built from a copy: setuptools leaves build/ behind in the tree it builds
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*IGNORED))
     wheels = tmp_path / "wheels"
-    _pip(sys.executable, "wheel", "--no-deps", "-w", str(wheels), str(ROOT))
+    _pip(sys.executable, "wheel", "--no-deps", "-w", str(wheels), str(source))
     (wheel,) = wheels.glob("pidquota-*.whl")
     tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"pidquota"}, tops

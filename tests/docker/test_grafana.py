@@ -3,7 +3,7 @@
 What is checked: the enforcer serves metrics and prometheus.yml scrapes it there; Grafana's
 provisioning mounts are the files of docker/grafana/; the datasource is the prometheus
 service; the dashboard's panels use that datasource, only the exporter's metric names
-(tests/docker/dashboard.py) and only variables a test can substitute; promtool parses
+(tests/harness/dashboard.py) and only variables a test can substitute; promtool parses
 every expression and the Prometheus config.
 
 Same shape as test_compose.py: each check returns the problems it finds. The tests run every

@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from harness import require
 
+# Commands that never start Spark: a test may run them in the quick tier.
+WITHOUT_SPARK = frozenset(
+    {"package", "generate", "blocks", "configs", "status", "report", "--help", "--version"}
+)
 
-def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None):
-    """``python -m pidquota ARGS`` in a subprocess (its own JVM), output captured."""
-    require("e2e", "pidquota in a subprocess")
-    import subprocess
-    import sys
 
+def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 600):
+    """``python -m pidquota ARGS`` in a subprocess, output captured. A command that can start
+    Spark (``run``, ``recommend``) needs the test's ``e2e`` marker, even if it is meant to stop
+    before Spark: a JVM of its own is what a mistake would cost."""
+    if not args or args[0] not in WITHOUT_SPARK:
+        require("e2e", f"`pidquota {args[0] if args else ''}` in a subprocess (a JVM of its own)")
     return subprocess.run(
         [sys.executable, "-m", "pidquota", *args],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
         env={**os.environ, **(env or {})},
         cwd=cwd,
     )

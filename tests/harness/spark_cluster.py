@@ -112,7 +112,7 @@ class SparkCluster:
 
 def no_project_python(folder: Path) -> Path:
     """An executable Python for executors that cannot import pidquota from this checkout
-    (``tests/no_project_python.py``)."""
+    (``tests/harness/no_project_python.py``)."""
     import sys
 
     script = Path(__file__).resolve().parent / "no_project_python.py"

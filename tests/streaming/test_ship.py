@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from harness.cli import run_cli
 
 from pidquota.conf.errors import ConfigError, PidquotaError
 from pidquota.streaming import session, ship
@@ -52,11 +53,7 @@ def test_the_zip_is_the_code_without_caches_and_the_same_bytes_each_time(tmp_pat
 def test_the_packaged_entry_script_runs_pidquota_from_the_zip_alone(tmp_path):
     """With a Python that cannot import the checkout (as an executor's), the zip is enough:
     the CLI runs, and its settings and default quotas are read from inside the zip."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pidquota", "package", "--output", str(tmp_path / "dist")],
-        capture_output=True,
-        text=True,
-    )
+    done = run_cli("package", "--output", str(tmp_path / "dist"))
     assert done.returncode == 0, done.stderr
     assert "spark-submit --master spark://HOST:7077 --py-files" in done.stdout
     dist = tmp_path / "dist"

@@ -26,6 +26,8 @@ from harness.cli import run_cli as cli
 
 from pidquota.streaming.outputs.reader import read_output
 
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+
 EVENTS_PER_BATCH = "10000"  # about 5 batches of the generated hour
 
 

@@ -10,9 +10,12 @@ import json
 import logging
 import time
 
+import pytest
 from harness.redis import start_redis
 
 from pidquota.streaming.outputs.reader import read_output
+
+pytestmark = [pytest.mark.redis]
 
 PRINCIPAL = "User:o"
 

@@ -103,6 +103,7 @@ def test_malformed_records_go_to_the_dead_letter_topic(kafka, make_enforcer, tmp
     assert decision.key == b"User:a" and json.loads(decision.value)["verdict"] == "ADMIT"
 
 
+@pytest.mark.kafka
 def test_broker_stopped_mid_run_fails_clearly_and_a_rerun_loses_nothing(make_enforcer, tmp_path, spark):
     from harness.kafka import Tansu
 

@@ -5,15 +5,13 @@ Issue 10, items 2-7.
 """
 
 import logging
-import os
 import random
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from harness.cli import run_cli
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadMaxBytes,
@@ -307,16 +305,15 @@ def test_a_checkpoint_s_cluster_matches_with_or_without_the_default_port():
     assert Source.of("kafka://b1,b2:9093/events").bootstrap() == {"b1:9092", "b2:9093"}
 
 
+@pytest.mark.e2e
 def test_an_unreachable_broker_is_one_line_at_start_up_before_spark(tmp_path):
     t0 = time.monotonic()
-    r = subprocess.run(
-        [sys.executable, "-m", "pidquota", "run", "--input", "kafka://127.0.0.1:1/events", "--once"],
-        capture_output=True,
-        text=True,
+    r = run_cli(
+        *("run", "--input", "kafka://127.0.0.1:1/events", "--once"),
         timeout=120,
         cwd=tmp_path,
         # were Spark to start, it would stop at once on this JAVA_HOME, with another message
-        env={**os.environ, "JAVA_HOME": "/nonexistent-jdk", "PYTHONPATH": str(ROOT)},
+        env={"JAVA_HOME": "/nonexistent-jdk"},
     )
     took = time.monotonic() - t0
     assert r.returncode == 2

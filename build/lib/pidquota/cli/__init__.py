@@ -1,1 +1,0 @@
-"""The ``pidquota`` command line: the top layer, one module per command."""

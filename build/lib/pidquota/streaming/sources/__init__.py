@@ -1,2 +1,0 @@
-"""pidquota's own Spark streaming sources (Python data sources): JSON-lines files, the demo's
-generator, Kafka. Each screens its own lines (``pidquota.streaming.screen``)."""
