@@ -56,6 +56,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """``pidquota recommend``: every flag is checked before the input is read."""
+    from pidquota.recommend import output
     from pidquota.recommend import stats as rec
     from pidquota.recommend.rules import check_headroom, check_share
 
@@ -80,13 +81,13 @@ def run(args: argparse.Namespace) -> int:
     if usage.empty:
         print(f"pidquota: no idempotent producers (PID >= 0) in {args.input}", file=sys.stderr)
     shown = (
-        rec.to_json(usage, what_if, default, basis)
+        output.to_json(usage, what_if, default, basis)
         if args.json
-        else rec.table(usage, what_if, default, basis)
+        else output.table(usage, what_if, default, basis)
     )
     print(shown, file=sys.stderr if script == "-" else sys.stdout)
     if script is not None:
-        _emit_configs(rec, usage, default, script)
+        _emit_configs(output, usage, default, script)
     return 0
 
 
@@ -122,11 +123,11 @@ def _script_target(args: argparse.Namespace) -> str | None:
     return target
 
 
-def _emit_configs(rec, usage, default, target: str) -> None:
+def _emit_configs(output, usage, default, target: str) -> None:
     """The ``pidquota configs`` script: the <default>, and each user suggested above it."""
     floor = 0 if default is None else default.rate
     users = {r.principal: r.suggested for r in usage.itertuples() if r.suggested > floor}
-    script = rec.configs_script(users, None if default is None else default.rate)
+    script = output.configs_script(users, None if default is None else default.rate)
     if target == "-":
         print(script, end="")
         return

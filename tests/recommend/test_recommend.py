@@ -14,6 +14,7 @@ import pytest
 
 from pidquota.cli.main import main
 from pidquota.quota import THROTTLE, PrincipalQuota, QuotaSettings
+from pidquota.recommend import output
 from pidquota.recommend import stats as rec
 
 W = 60_000  # a minute, so the examples read in seconds
@@ -326,7 +327,7 @@ def test_suggestions_and_default_of_the_sample():
 
 def test_table_without_what_if():
     usage, _, default, basis = rendered_parts()
-    lines = rec.table(usage, default=default, basis=basis).splitlines()
+    lines = output.table(usage, default=default, basis=basis).splitlines()
     assert lines[0].split() == ["principal", "p50/W", "p99/W", "max/W", "active", "PIDs", "suggested"]
     assert [line.split()[0] for line in lines[1:4]] == ["User:crash-loop", "User:o'neil", "User:steady"]
     assert lines[1].split()[1:] == ["60.00", "70.50", "150", "700", "141", "*"]
@@ -342,7 +343,7 @@ def test_table_without_what_if():
 
 def test_table_with_what_if():
     usage, what_if, default, basis = rendered_parts()
-    lines = rec.table(usage, what_if, default, basis).splitlines()
+    lines = output.table(usage, what_if, default, basis).splitlines()
     assert re.split(r"\s{2,}", lines[0])[-4:] == [
         "quota",
         "throttles",
@@ -355,7 +356,7 @@ def test_table_with_what_if():
 
 def test_json_is_one_document_with_stable_keys():
     usage, what_if, default, basis = rendered_parts()
-    doc = json.loads(rec.to_json(usage, what_if, default, basis))
+    doc = json.loads(output.to_json(usage, what_if, default, basis))
     assert doc["applied"] is False
     assert doc["basis"] == {"window_ms": 3_600_000, "slide_ms": 900_000, "headroom": 2.0}
     assert doc["default"] == {"rate": 8, "share": 0.6, "users": 3, "covered": 2}
@@ -371,12 +372,12 @@ def test_json_is_one_document_with_stable_keys():
         "longest_throttle_ms": 36_000,
     }
     assert doc["users"][2]["what_if"]["first_throttle_ms"] is None
-    plain = json.loads(rec.to_json(usage))
+    plain = json.loads(output.to_json(usage))
     assert plain["default"] is None and all(u["what_if"] is None for u in plain["users"])
 
 
 def test_configs_script_lines():
-    script = rec.configs_script({"User:b": 7, "User:o'neil two": 2.5}, 8)
+    script = output.configs_script({"User:b": 7, "User:o'neil two": 2.5}, 8)
     lines = script.splitlines()
     assert lines[0] == "#!/bin/sh" and "Nothing has been applied." in lines[1]
     assert any("REDIS=redis://HOST:PORT/DB" in x for x in lines) and any(
@@ -389,7 +390,7 @@ def test_configs_script_lines():
         f"{alter} --entity-name 'User:o'\"'\"'neil two' --add-config producer_ids_rate=2.5",
     ]
     with pytest.raises(ValueError, match="<default> is given as default="):
-        rec.configs_script({"<default>": 3}, None)
+        output.configs_script({"<default>": 3}, None)
 
 
 @pytest.mark.parametrize(
@@ -408,7 +409,7 @@ def test_configs_script_runs_in_sh(tmp_path, env, flags):
     fake.write_text(f'#!/bin/sh\nfor a in "$@"; do printf "%s|" "$a"; done >> {log}\necho >> {log}\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     script = tmp_path / "apply.sh"
-    script.write_text(rec.configs_script({"User:o'neil two": 3, "User:$(x)": 4}, 8))
+    script.write_text(output.configs_script({"User:o'neil two": 3, "User:$(x)": 4}, 8))
     base = {k: v for k, v in os.environ.items() if k != "REDIS"}
     r = subprocess.run(
         ["sh", str(script)],
@@ -428,7 +429,7 @@ def test_configs_script_runs_in_sh(tmp_path, env, flags):
 
 
 def test_configs_script_placeholder_is_used_when_redis_is_unset(tmp_path):
-    script = rec.configs_script({}, 5, "redis://x:6379/0")
+    script = output.configs_script({}, 5, "redis://x:6379/0")
     assert "then REDIS=redis://x:6379/0; fi" in script
 
 
