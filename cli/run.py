@@ -52,6 +52,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="Spark master, e.g. spark://HOST:7077 (pidquota ships its code to the executors); "
         "default: spark-submit's, else pidquota.spark.master",
     )
+    _add_run_control_flags(run)
+    _add_rollout_flags(run)
+    _add_kafka_flags(run)
+    return run
+
+
+def _add_run_control_flags(run) -> None:
+    """How long ``pidquota run`` runs, how fast the demo goes, metrics, and a fresh start."""
     run.add_argument(
         "--duration",
         metavar="DURATION",
@@ -73,9 +81,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="delete OUTPUT (and a --checkpoint outside it) first and start from scratch; "
         "refused unless it looks like pidquota output",
     )
-    _add_rollout_flags(run)
-    _add_kafka_flags(run)
-    return run
 
 
 def _add_rollout_flags(run) -> None:
