@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pidquota.cli import preflight
+from pidquota.cli import checkpoints, preflight
 from pidquota.cli.common import add_config_flags, load_settings
 from pidquota.conf.errors import PidquotaError
 from pidquota.quota import QuotaSettings, StaticQuotas
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if args.input.startswith("kafka://"):
         KafkaUrl.parse(args.input)
     else:
-        preflight.check_input(preflight.Source.of(args.input))
+        preflight.check_input(checkpoints.Source.of(args.input))
     from pidquota.recommend import job as recommend_job
 
     stats, summary = recommend_job.compute(args.input, config, quotas)

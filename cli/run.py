@@ -8,7 +8,7 @@ import contextlib
 import re
 import sys
 
-from pidquota.cli import preflight, run_plan
+from pidquota.cli import checkpoints, run_plan
 from pidquota.cli.common import add_config_flags
 from pidquota.cli.signals import Signals, wait
 from pidquota.conf.durations import EXAMPLES, parse_duration_ms
@@ -149,7 +149,7 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
         return signals.exit_code
     # once Java is there: a failed start leaves no trace
     buckets, store = config["pidquota.state.buckets"], config["pidquota.state.store"]
-    preflight.write_marker(checkpoint, plan.reads, buckets, store, plan.replay_ms)
+    checkpoints.write_marker(checkpoint, plan.reads, buckets, store, plan.replay_ms)
     lines = _lines(spark, args, config, plan.kafka_input, checkpoint, speed, str(signals.flag))
     print(run_plan.banner(args, config, checkpoint, speed, plan.replay_ms))
     table = _table(args, config)

@@ -1,5 +1,5 @@
 """What ``pidquota run`` settles before Spark starts: the settings in force, the start-up checks
-(``preflight``) in the order that fails fastest, the checkpoint's state store and replay time,
+(``preflight``, ``checkpoints``, ``output_folder``) in the order that fails fastest, the checkpoint's state store and replay time,
 the Prometheus endpoint, and the banner that says what the run does."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pidquota.cli import preflight
+from pidquota.cli import checkpoints, output_folder, preflight
 from pidquota.conf.durations import parse_duration_ms
 from pidquota.conf.errors import PidquotaError
 from pidquota.conf.loader import load, parse_overrides
@@ -34,7 +34,7 @@ class Plan:
     checkpoint: str
     kafka_input: str | None
     kafka_out: dict | None
-    reads: preflight.Source
+    reads: checkpoints.Source
     resumed: bool
     replay_ms: int | None
     exporter: object
@@ -96,20 +96,20 @@ def run_overrides(args: argparse.Namespace) -> dict[str, str]:
 
 def _start_up_checks(
     args: argparse.Namespace, config, out: Path, checkpoint: str
-) -> tuple[preflight.Source, bool]:
+) -> tuple[checkpoints.Source, bool]:
     """The input is there (a Kafka input's brokers answer), ``--fresh`` deleted what it should,
     and the checkpoint is this source's. Returns the source and whether the run resumes a
     checkpoint. A file input's hidden names and files changed since they were read are named
     on stderr."""
-    reads = preflight.Source.of(args.input)
+    reads = checkpoints.Source.of(args.input)
     preflight.check_input(reads)
     if reads.kind == "kafka":
         preflight.check_kafka(KafkaUrl.parse(args.input), config)
     preflight.check_local_checkpoint(checkpoint, reads.kind == "file")
     if args.fresh:
-        preflight.fresh(out, checkpoint)
-    preflight.check_checkpoint(checkpoint, reads, out)
-    preflight.check_output_batches(checkpoint, out)
+        output_folder.fresh(out, checkpoint)
+    checkpoints.check_checkpoint(checkpoint, reads, out)
+    checkpoints.check_output_batches(checkpoint, out)
     if reads.kind != "file":
         ckpt = local_path(checkpoint)
         return reads, ckpt is not None and (ckpt / "offsets").is_dir()
@@ -125,7 +125,7 @@ def _checkpoint_state_store(config, checkpoint: str):
     """The config with the checkpoint's state store, if it has one and the setting was left
     at its default (one line says so); a store given otherwise is refused."""
     key = "pidquota.state.store"
-    store = preflight.check_state_layout(
+    store = checkpoints.check_state_layout(
         checkpoint, config["pidquota.state.buckets"], config[key], config.given(key)
     )
     if store == config[key]:
@@ -144,8 +144,8 @@ def _replay(config, checkpoint: str, kafka_input: bool):
             f"--rebuild (--replay-until now) records its time in the checkpoint, and {checkpoint} is not "
             "a local folder pidquota can write to; give the time itself: --replay-until EPOCH_MS"
         )
-    progress = local_path(checkpoint) is not None and preflight.has_progress(local_path(checkpoint))
-    recorded = preflight.recorded_replay(checkpoint)
+    progress = local_path(checkpoint) is not None and checkpoints.has_progress(local_path(checkpoint))
+    recorded = checkpoints.recorded_replay(checkpoint)
     until, note = replay.replay_until(config[replay.KEY], recorded, progress, int(time.time() * 1000))
     if note:
         print(f"pidquota: {note}", file=sys.stderr)
@@ -186,7 +186,7 @@ def _exporter(config, demo: bool):
 def banner(args: argparse.Namespace, config, checkpoint: str, speed: float, replay_ms=None) -> str:
     """What the run does, where it writes, and whether it resumes a checkpoint."""
     quotas = "Redis" if config["pidquota.redis.url"] else config.quotas_path()
-    done = preflight.last_batch(checkpoint)
+    done = checkpoints.last_batch(checkpoint)
     start = "new checkpoint" if done is None else f"resuming after batch {done}"
     if local_path(checkpoint) is None:
         start = f"checkpoint {checkpoint}"

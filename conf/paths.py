@@ -14,3 +14,9 @@ def local_path(uri: str) -> Path | None:
     if "://" in uri:
         return None
     return Path(uri)
+
+
+def is_inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is ``folder`` or below it, links resolved."""
+    p, f = path.resolve(), folder.resolve()
+    return p == f or f in p.parents

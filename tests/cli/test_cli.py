@@ -229,7 +229,7 @@ def test_the_duration_counts_from_the_first_progress_report():
 def test_a_checkpoint_s_state_store_is_kept_unless_another_is_given(tmp_path, capsys, monkeypatch):
     """A checkpoint from before pidquota.state.store (or kept by hdfs) goes on with its store
     when the setting is left at its default; given otherwise, it is refused."""
-    from pidquota.cli.preflight import Source, write_marker
+    from pidquota.cli.checkpoints import Source, write_marker
 
     used = []
 

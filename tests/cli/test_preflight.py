@@ -1,4 +1,5 @@
-"""pidquota.cli.preflight: the start-up checks of `pidquota run`, on hand-made folders (no Spark)."""
+"""The start-up checks of `pidquota run` (pidquota.cli.preflight, checkpoints, output_folder), on
+hand-made folders (no Spark)."""
 
 import json
 from argparse import Namespace
@@ -6,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pidquota.cli import preflight
-from pidquota.cli.preflight import MARKER, Source
+from pidquota.cli import checkpoints, output_folder, preflight
+from pidquota.cli.checkpoints import MARKER, Source
 from pidquota.conf.errors import ConfigError, InputError, PidquotaError
+from pidquota.conf.paths import local_path
 
 FILE_OFFSETS = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"logOffset":3}'
 DEMO_OFFSETS = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"origin": 1000, "t": 61000}'
@@ -53,25 +55,25 @@ def test_source_of_each_input(tmp_path, monkeypatch):
 def test_marker_is_written_into_a_new_checkpoint_and_read_back(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     ckpt = tmp_path / "out" / "_checkpoint"
-    preflight.write_marker("out/_checkpoint", Source.of("in/small.jsonl"))
+    checkpoints.write_marker("out/_checkpoint", Source.of("in/small.jsonl"))
     written = json.loads((ckpt / MARKER).read_text())
     assert written == {"kind": "file", "input": str(tmp_path / "in" / "small.jsonl")}
     assert [p.name for p in ckpt.iterdir()] == [MARKER]  # no temporary file left
-    assert preflight.read_marker(ckpt) == Source("file", written["input"])
-    preflight.write_marker(f"file://{ckpt}", Source.of("kafka://u:pw@b:9092/t"))
+    assert checkpoints.read_marker(ckpt) == Source("file", written["input"])
+    checkpoints.write_marker(f"file://{ckpt}", Source.of("kafka://u:pw@b:9092/t"))
     assert json.loads((ckpt / MARKER).read_text()) == {"kind": "kafka", "input": "kafka://b:9092/t"}
-    preflight.write_marker(str(ckpt), Source.of(None))
+    checkpoints.write_marker(str(ckpt), Source.of(None))
     assert json.loads((ckpt / MARKER).read_text()) == {"kind": "demo", "input": "demo"}
 
 
 def test_a_remote_checkpoint_is_not_written_or_checked(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    preflight.write_marker("s3a://bucket/ckpt", Source.of(None))
-    preflight.check_checkpoint("s3a://bucket/ckpt", Source.of(None), tmp_path / "out")
+    checkpoints.write_marker("s3a://bucket/ckpt", Source.of(None))
+    checkpoints.check_checkpoint("s3a://bucket/ckpt", Source.of(None), tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
-    assert preflight.local_path("file:///tmp/x") == Path("/tmp/x")
-    assert preflight.local_path("file:/tmp/x") == Path("/tmp/x")
-    assert preflight.local_path("hdfs://nn/x") is None
+    assert local_path("file:///tmp/x") == Path("/tmp/x")
+    assert local_path("file:/tmp/x") == Path("/tmp/x")
+    assert local_path("hdfs://nn/x") is None
 
 
 # check_checkpoint ----------------------------------------------------------------------------------
@@ -79,7 +81,7 @@ def test_a_remote_checkpoint_is_not_written_or_checked(tmp_path, monkeypatch):
 
 def refusal(checkpoint_uri: str, source: Source, out: Path) -> str:
     with pytest.raises(ConfigError) as e:
-        preflight.check_checkpoint(checkpoint_uri, source, out)
+        checkpoints.check_checkpoint(checkpoint_uri, source, out)
     assert len(str(e.value).splitlines()) == 1
     return str(e.value)
 
@@ -101,14 +103,14 @@ def test_a_file_checkpoint_refuses_the_demo_and_kafka_but_takes_another_file(tmp
         str(ckpt), Source.of(None), out
     )
     assert "not Kafka input 'kafka://b:9092/t'" in refusal(str(ckpt), Source.of("kafka://b:9092/t"), out)
-    preflight.check_checkpoint(str(ckpt), Source.of(str(tmp_path / "b.jsonl")), out)  # no error
+    checkpoints.check_checkpoint(str(ckpt), Source.of(str(tmp_path / "b.jsonl")), out)  # no error
 
 
 def test_kafka_checkpoints_compare_topic_and_cluster(tmp_path):
     out = tmp_path / "out"
     marker = {"kind": "kafka", "input": "kafka://b1:9092,b2:9092/events"}
     ckpt = str(checkpoint(out / "_checkpoint", KAFKA_OFFSETS, marker=marker))
-    preflight.check_checkpoint(ckpt, Source.of("kafka://B2:9092,b3:9092/events"), out)  # a broker in common
+    checkpoints.check_checkpoint(ckpt, Source.of("kafka://B2:9092,b3:9092/events"), out)  # a broker in common
     assert "not Kafka input 'kafka://b1:9092/other'" in refusal(ckpt, Source.of("kafka://b1:9092/other"), out)
     message = refusal(ckpt, Source.of("kafka://elsewhere:9092/events"), out)
     assert message.endswith(
@@ -139,7 +141,7 @@ def test_a_checkpoint_without_marker_is_recognised_by_its_offsets(
     ckpt = str(checkpoint(out / "_checkpoint", offsets))
     for given in refused:
         assert f"belongs to {recorded}, not " in refusal(ckpt, Source.of(given), out)
-    preflight.check_checkpoint(ckpt, Source.of(taken), out)
+    checkpoints.check_checkpoint(ckpt, Source.of(taken), out)
 
 
 def test_a_checkpoint_of_spark_s_own_file_source_is_refused_for_every_input(tmp_path):
@@ -155,20 +157,20 @@ def test_the_newest_offsets_file_is_the_one_sniffed(tmp_path):
     ckpt = checkpoint(tmp_path / "ck", FILE_OFFSETS, batch=9)
     checkpoint(ckpt, DEMO_OFFSETS, batch=10)  # 10 > 9 though "10" < "9" as text
     (ckpt / "offsets" / "11.tmp").write_text("junk")
-    assert preflight.sniff_offsets(ckpt) == Source("demo", "demo")
+    assert checkpoints.sniff_offsets(ckpt) == Source("demo", "demo")
 
 
 @pytest.mark.parametrize("offsets", ["v1\n{}\n", "not json", "v1\n{}\n[1, 2]", ""])
 def test_an_unknown_checkpoint_is_let_through(tmp_path, offsets):
     ckpt = checkpoint(tmp_path / "ck", offsets, marker=None)
-    assert preflight.recorded_source(ckpt) is None
-    preflight.check_checkpoint(str(ckpt), Source.of(None), tmp_path / "out")
+    assert checkpoints.recorded_source(ckpt) is None
+    checkpoints.check_checkpoint(str(ckpt), Source.of(None), tmp_path / "out")
 
 
 def test_a_marker_without_progress_is_no_obstacle(tmp_path):
     """A start that failed after writing the marker left no offsets: another source may start."""
     ckpt = checkpoint(tmp_path / "out" / "_checkpoint", None, marker={"kind": "demo", "input": "demo"})
-    preflight.check_checkpoint(str(ckpt), Source.of("e.jsonl"), tmp_path / "out")
+    checkpoints.check_checkpoint(str(ckpt), Source.of("e.jsonl"), tmp_path / "out")
 
 
 def test_a_broken_marker_falls_back_to_the_offsets(tmp_path):
@@ -185,14 +187,14 @@ def test_fresh_deletes_pidquota_output_and_nothing_else(tmp_path):
     (out / ".nfs0001").write_text("")  # hidden temporary files are fine
     keep = tmp_path / "events.jsonl"
     keep.write_text("{}\n")
-    assert preflight.fresh(out, str(out / "_checkpoint")) == [out]
+    assert output_folder.fresh(out, str(out / "_checkpoint")) == [out]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["events.jsonl"]
 
 
 def test_fresh_on_a_missing_or_empty_output_is_fine(tmp_path):
-    assert preflight.fresh(tmp_path / "nothing", str(tmp_path / "nothing" / "_checkpoint")) == []
+    assert output_folder.fresh(tmp_path / "nothing", str(tmp_path / "nothing" / "_checkpoint")) == []
     (tmp_path / "empty").mkdir()
-    assert preflight.fresh(tmp_path / "empty", str(tmp_path / "empty" / "_checkpoint")) == [
+    assert output_folder.fresh(tmp_path / "empty", str(tmp_path / "empty" / "_checkpoint")) == [
         tmp_path / "empty"
     ]
 
@@ -214,7 +216,7 @@ def test_fresh_refuses_a_folder_with_a_stray_entry(tmp_path, stray, named):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.mkdir() if stray.endswith("/") else path.write_text("x")
     with pytest.raises(ConfigError) as e:
-        preflight.fresh(out, str(out / "_checkpoint"))
+        output_folder.fresh(out, str(out / "_checkpoint"))
     assert str(e.value) == (
         f"--fresh would delete {out}, which does not look like pidquota output "
         f"({named or 'it has _checkpoint'}); delete it yourself or choose another --output"
@@ -226,27 +228,27 @@ def test_fresh_lists_at_most_three_strays(tmp_path):
     for name in "abcde":
         (tmp_path / name).write_text("")
     with pytest.raises(ConfigError, match=r"\(it has a, b, c and 2 more\)"):
-        preflight.fresh(tmp_path, str(tmp_path / "_checkpoint"))
+        output_folder.fresh(tmp_path, str(tmp_path / "_checkpoint"))
 
 
 def test_fresh_refuses_a_file_or_a_link_as_output(tmp_path):
     (tmp_path / "f").write_text("")
     with pytest.raises(ConfigError, match=r"\(it is a file\)"):
-        preflight.fresh(tmp_path / "f", str(tmp_path / "f" / "_checkpoint"))
+        output_folder.fresh(tmp_path / "f", str(tmp_path / "f" / "_checkpoint"))
     output(tmp_path / "real")
     (tmp_path / "link").symlink_to(tmp_path / "real")
     with pytest.raises(ConfigError, match=r"\(it is a symbolic link\)"):
-        preflight.fresh(tmp_path / "link", str(tmp_path / "link" / "_checkpoint"))
+        output_folder.fresh(tmp_path / "link", str(tmp_path / "link" / "_checkpoint"))
     assert (tmp_path / "real" / "_checkpoint").is_dir()
 
 
 def test_fresh_deletes_a_checkpoint_outside_the_output_if_it_is_one(tmp_path):
     out, ckpt = output(tmp_path / "out"), checkpoint(tmp_path / "ck", DEMO_OFFSETS)
-    assert preflight.fresh(out, str(ckpt)) == [out, ckpt]
+    assert output_folder.fresh(out, str(ckpt)) == [out, ckpt]
     assert list(tmp_path.iterdir()) == []
     marker_only = tmp_path / "ck2"
-    preflight.write_marker(str(marker_only), Source.of(None))
-    assert preflight.fresh(tmp_path / "out", str(marker_only)) == [marker_only]
+    checkpoints.write_marker(str(marker_only), Source.of(None))
+    assert output_folder.fresh(tmp_path / "out", str(marker_only)) == [marker_only]
 
 
 def test_fresh_refuses_a_checkpoint_folder_that_is_not_one(tmp_path):
@@ -254,7 +256,7 @@ def test_fresh_refuses_a_checkpoint_folder_that_is_not_one(tmp_path):
     ckpt.mkdir()
     (ckpt / "thesis.tex").write_text("")
     with pytest.raises(ConfigError) as e:
-        preflight.fresh(out, str(ckpt))
+        output_folder.fresh(out, str(ckpt))
     assert str(e.value) == (
         f"--fresh would delete the checkpoint {ckpt}, which does not look like a Spark checkpoint "
         f"(no metadata, offsets/ or {MARKER}); delete it yourself or choose another --checkpoint"
@@ -264,16 +266,16 @@ def test_fresh_refuses_a_checkpoint_folder_that_is_not_one(tmp_path):
 
 def test_fresh_leaves_an_empty_checkpoint_folder_and_refuses_a_remote_one(tmp_path):
     (tmp_path / "ck").mkdir()
-    assert preflight.fresh(tmp_path / "out", str(tmp_path / "ck")) == []
+    assert output_folder.fresh(tmp_path / "out", str(tmp_path / "ck")) == []
     assert (tmp_path / "ck").is_dir()
     with pytest.raises(ConfigError, match="cannot delete the checkpoint s3a://b/ck, which is not a local"):
-        preflight.fresh(tmp_path / "out", "s3a://b/ck")
+        output_folder.fresh(tmp_path / "out", "s3a://b/ck")
 
 
 def test_fresh_accepts_a_checkpoint_kept_elsewhere_inside_the_output(tmp_path):
     out = output(tmp_path / "out")
     checkpoint(out / "ck" / "main", DEMO_OFFSETS)
-    assert preflight.fresh(out, str(out / "ck" / "main")) == [out]
+    assert output_folder.fresh(out, str(out / "ck" / "main")) == [out]
     assert not out.exists()
 
 
@@ -283,11 +285,11 @@ def test_fresh_refuses_what_lies_beside_a_checkpoint_kept_inside_the_output(tmp_
     (out / "state" / "notes.txt").write_text("mine")
     (out / ".env").write_text("SECRET=1")
     with pytest.raises(ConfigError, match=r"it has state/notes.txt"):
-        preflight.fresh(out, str(out / "state" / "q1"))
+        output_folder.fresh(out, str(out / "state" / "q1"))
     assert (out / "state" / "notes.txt").exists()
     (out / "state" / "notes.txt").unlink()
     with pytest.raises(ConfigError, match=r"it has \.env"):
-        preflight.fresh(out, str(out / "state" / "q1"))
+        output_folder.fresh(out, str(out / "state" / "q1"))
 
 
 # flags ---------------------------------------------------------------------------------------------
@@ -340,7 +342,7 @@ def test_an_unreadable_output_is_one_line_not_a_traceback(tmp_path, monkeypatch)
 
     monkeypatch.setattr(Path, "iterdir", iterdir)
     with pytest.raises(PidquotaError, match=r"^--fresh cannot look into .*/decisions: Permission denied$"):
-        preflight.fresh(out, str(out / "_checkpoint"))
+        output_folder.fresh(out, str(out / "_checkpoint"))
     assert out.is_dir()
 
 
@@ -353,33 +355,33 @@ def test_a_remote_checkpoint_is_refused_only_where_pidquota_keeps_files_beside_i
 
 def test_a_checkpoint_s_state_grouping_must_match(tmp_path):
     ckpt = tmp_path / "ck"
-    preflight.check_state_layout(str(ckpt), 64, "rocksdb", False)  # nothing there yet
-    preflight.write_marker(str(ckpt), Source.of(None), 64)
-    preflight.check_state_layout(str(ckpt), 0, "rocksdb", False)  # no state yet: any grouping may start it
+    checkpoints.check_state_layout(str(ckpt), 64, "rocksdb", False)  # nothing there yet
+    checkpoints.write_marker(str(ckpt), Source.of(None), 64)
+    checkpoints.check_state_layout(str(ckpt), 0, "rocksdb", False)  # no state yet: any grouping may start it
     (ckpt / "state").mkdir()
-    preflight.check_state_layout(str(ckpt), 64, "hdfs", False)
+    checkpoints.check_state_layout(str(ckpt), 64, "hdfs", False)
     with pytest.raises(
         ConfigError, match=r"pidquota.state.buckets=64 groups, not 0; set pidquota.state.buckets=64"
     ):
-        preflight.check_state_layout(str(ckpt), 0, "hdfs", False)
-    preflight.write_marker(str(ckpt), Source.of(None))  # as an older pidquota wrote it
+        checkpoints.check_state_layout(str(ckpt), 0, "hdfs", False)
+    checkpoints.write_marker(str(ckpt), Source.of(None))  # as an older pidquota wrote it
     with pytest.raises(ConfigError, match="older pidquota .* new checkpoint"):
-        preflight.check_state_layout(str(ckpt), 64, "hdfs", False)
+        checkpoints.check_state_layout(str(ckpt), 64, "hdfs", False)
 
 
 def test_a_checkpoint_keeps_its_state_store(tmp_path):
     ckpt = tmp_path / "ck"
     (ckpt / "state").mkdir(parents=True)
-    preflight.write_marker(str(ckpt), Source.of(None), 64, "hdfs")
-    assert preflight.check_state_layout(str(ckpt), 64, "hdfs", True) == "hdfs"
-    assert preflight.check_state_layout(str(ckpt), 64, "rocksdb", False) == "hdfs"  # left at the default
+    checkpoints.write_marker(str(ckpt), Source.of(None), 64, "hdfs")
+    assert checkpoints.check_state_layout(str(ckpt), 64, "hdfs", True) == "hdfs"
+    assert checkpoints.check_state_layout(str(ckpt), 64, "rocksdb", False) == "hdfs"  # left at the default
     with pytest.raises(
         ConfigError, match=r"pidquota.state.store=hdfs, not rocksdb; set pidquota.state.store=hdfs again"
     ):
-        preflight.check_state_layout(str(ckpt), 64, "rocksdb", True)  # given: refused
-    preflight.write_marker(str(ckpt), Source.of(None), 64)  # before the setting: Spark's default store
-    assert preflight.check_state_layout(str(ckpt), 64, "rocksdb", False) == "hdfs"
-    assert preflight.check_state_layout(str(tmp_path / "new"), 64, "rocksdb", False) == "rocksdb"
+        checkpoints.check_state_layout(str(ckpt), 64, "rocksdb", True)  # given: refused
+    checkpoints.write_marker(str(ckpt), Source.of(None), 64)  # before the setting: Spark's default store
+    assert checkpoints.check_state_layout(str(ckpt), 64, "rocksdb", False) == "hdfs"
+    assert checkpoints.check_state_layout(str(tmp_path / "new"), 64, "rocksdb", False) == "rocksdb"
 
 
 # output files and the checkpoint they belong to --------------------------------------------------
@@ -399,7 +401,7 @@ def sink_files(out: Path, batches: list[int], roll: tuple[int, int] | None = Non
 def test_output_of_another_checkpoint_is_refused_on_a_new_one(tmp_path):
     sink_files(tmp_path / "out", [7, 8], roll=(0, 6))
     with pytest.raises(ConfigError) as err:
-        preflight.check_output_batches(str(tmp_path / "new-ckpt"), tmp_path / "out")
+        checkpoints.check_output_batches(str(tmp_path / "new-ckpt"), tmp_path / "out")
     msg = str(err.value)
     assert "part-0000000008.jsonl" in msg and "no batch yet" in msg and "--fresh" in msg and "--output" in msg
 
@@ -407,20 +409,20 @@ def test_output_of_another_checkpoint_is_refused_on_a_new_one(tmp_path):
 def test_output_beyond_the_checkpoint_is_refused_and_its_own_batches_are_not(tmp_path):
     out, ckpt = tmp_path / "out", checkpoint(tmp_path / "ckpt", FILE_OFFSETS, batch=8)
     sink_files(out, [7, 8], roll=(0, 6))  # batch 8 planned, its part written, not yet committed
-    preflight.check_output_batches(str(ckpt), out)
-    preflight.check_output_batches(f"file://{ckpt}", out)
+    checkpoints.check_output_batches(str(ckpt), out)
+    checkpoints.check_output_batches(f"file://{ckpt}", out)
     sink_files(out, [9])
     with pytest.raises(ConfigError, match="batches up to 8"):
-        preflight.check_output_batches(f"file://{ckpt}", out)
-    preflight.check_output_batches("s3a://bucket/ckpt", out)  # not looked into
-    preflight.check_output_batches(str(tmp_path / "empty-ckpt"), tmp_path / "no-output")
+        checkpoints.check_output_batches(f"file://{ckpt}", out)
+    checkpoints.check_output_batches("s3a://bucket/ckpt", out)  # not looked into
+    checkpoints.check_output_batches(str(tmp_path / "empty-ckpt"), tmp_path / "no-output")
 
 
 def test_has_progress_reads_offsets(tmp_path):
-    assert not preflight.has_progress(tmp_path / "missing")
-    assert not preflight.has_progress(checkpoint(tmp_path / "a"))
-    assert preflight.has_progress(checkpoint(tmp_path / "b", FILE_OFFSETS, batch=3))
-    assert preflight.last_planned(tmp_path / "b") == 3
+    assert not checkpoints.has_progress(tmp_path / "missing")
+    assert not checkpoints.has_progress(checkpoint(tmp_path / "a"))
+    assert checkpoints.has_progress(checkpoint(tmp_path / "b", FILE_OFFSETS, batch=3))
+    assert checkpoints.last_planned(tmp_path / "b") == 3
 
 
 def test_pidquota_run_refuses_another_checkpoints_output_and_fresh_clears_it(tmp_path, capsys, no_spark):

@@ -367,7 +367,7 @@ def test_without_matplotlib_the_error_names_the_extra(run_dir, capsys, monkeypat
 
 
 def test_fresh_deletes_an_output_folder_with_its_report(run_dir):
-    from pidquota.cli.preflight import fresh
+    from pidquota.cli.output_folder import fresh
 
     assert main(["report", str(run_dir)]) == 0
     assert fresh(run_dir, str(run_dir / "_checkpoint")) == [run_dir] and not run_dir.exists()

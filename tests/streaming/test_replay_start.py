@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from pidquota.cli.checkpoints import Source, recorded_replay, write_marker
 from pidquota.cli.main import main
-from pidquota.cli.preflight import Source, recorded_replay, write_marker
 from pidquota.conf.errors import ConfigError, PidquotaError
 from pidquota.quota import QuotaSettings
 from pidquota.streaming.replay import replay_start_ms, replay_until

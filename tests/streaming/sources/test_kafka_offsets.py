@@ -299,7 +299,7 @@ def test_the_port_defaults_to_9092():
 
 
 def test_a_checkpoint_s_cluster_matches_with_or_without_the_default_port():
-    from pidquota.cli.preflight import Source
+    from pidquota.cli.checkpoints import Source
 
     assert Source.of("kafka://localhost/events").bootstrap() == {"localhost:9092"}
     assert Source.of("kafka://b1,b2:9093/events").bootstrap() == {"b1:9092", "b2:9093"}
