@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from pidquota.cli.preflight import _part_file
+from pidquota.cli.output_folder import _part_file
 from pidquota.streaming.outputs import retention
 from pidquota.streaming.outputs.reader import read_output
 
