@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(shown, file=sys.stderr if script == "-" else sys.stdout)
     if script is not None:
-        _emit_configs(output, usage, default, script)
+        _emit_configs(usage, default, script)
     return 0
 
 
@@ -123,11 +123,13 @@ def _script_target(args: argparse.Namespace) -> str | None:
     return target
 
 
-def _emit_configs(output, usage, default, target: str) -> None:
+def _emit_configs(usage, default, target: str) -> None:
     """The ``pidquota configs`` script: the <default>, and each user suggested above it."""
+    from pidquota.recommend.output import configs_script
+
     floor = 0 if default is None else default.rate
     users = {r.principal: r.suggested for r in usage.itertuples() if r.suggested > floor}
-    script = output.configs_script(users, None if default is None else default.rate)
+    script = configs_script(users, None if default is None else default.rate)
     if target == "-":
         print(script, end="")
         return
