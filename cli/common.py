@@ -22,7 +22,33 @@ def load_settings(args: argparse.Namespace, **overrides: str) -> Config:
     """The validated settings of ``--config`` and ``--set`` (plus ``overrides``, which win), over
     ``PIDQUOTA_*`` and the defaults: Redis AUTH, TLS and prefix, and the Kafka security settings,
     apply to every command as they do to the enforcer."""
-    return load(args.config, {**parse_overrides(args.set), **overrides})
+    return load(args.config, {**parse_overrides(args.set), **input_overrides(args), **overrides})
+
+
+def add_input_flags(p, follow: bool = False) -> None:
+    """``--input-format`` (and ``--follow``/``--no-follow`` for a long-running input)."""
+    p.add_argument(
+        "--input-format",
+        choices=("events", "kafka-request-log"),
+        help="what the input's lines are: pidquota's JSON events, or brokers' request-log lines "
+        "(default: pidquota.input.format, events)",
+    )
+    if follow:
+        p.add_argument(
+            "--follow",
+            action=argparse.BooleanOptionalAction,
+            help="read the new lines of growing files, as tail -F does (default: on for kafka-request-log)",
+        )
+
+
+def input_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """The settings ``--input-format`` and ``--follow`` stand for, when given."""
+    out = {}
+    if getattr(args, "input_format", None):
+        out["pidquota.input.format"] = args.input_format
+    if getattr(args, "follow", None) is not None:
+        out["pidquota.input.follow"] = "true" if args.follow else "false"
+    return out
 
 
 def add_redis_flags(p) -> None:

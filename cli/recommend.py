@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from pidquota.cli import checkpoints, preflight
-from pidquota.cli.common import add_config_flags, load_settings
+from pidquota.cli.common import add_config_flags, add_input_flags, load_settings
 from pidquota.conf.errors import PidquotaError
 from pidquota.quota import QuotaSettings, StaticQuotas
 from pidquota.store.kafka import KafkaUrl
@@ -50,6 +50,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="write a pidquota configs script (the <default>, and each user whose suggestion is above "
         "it) to FILE, or to stdout (the table then goes to stderr); it applies nothing by itself",
     )
+    add_input_flags(rec)
     add_config_flags(rec)
     return rec
 

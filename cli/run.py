@@ -9,7 +9,7 @@ import re
 import sys
 
 from pidquota.cli import checkpoints, run_plan
-from pidquota.cli.common import add_config_flags
+from pidquota.cli.common import add_config_flags, add_input_flags
 from pidquota.cli.signals import Signals, wait
 from pidquota.conf.durations import EXAMPLES, parse_duration_ms
 from pidquota.conf.errors import PidquotaError
@@ -31,8 +31,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     run.add_argument(
         "--input",
         metavar="PATH|URL",
-        help="JSON-lines file or folder, or kafka://HOST[:PORT]/TOPIC (port 9092 unless given; default: demo)",
+        help="a file or folder of lines, or kafka://HOST[:PORT]/TOPIC (port 9092 unless given; default: demo)",
     )
+    add_input_flags(run, follow=True)
     run.add_argument("--output", metavar="DIR", default="pidquota-out", help="output folder (%(default)s)")
     run.add_argument(
         "--once", action="store_true", help="process everything available, then exit (needs --input)"
@@ -205,6 +206,10 @@ def _say_end(args: argparse.Namespace, plan: run_plan.Plan, totals, summary) -> 
         print(f"pidquota: this run's users{shadow}:\n" + summary.render())
     elif totals.batches:
         print(f"pidquota: who was throttled{shadow}: pidquota report {args.output}")
+    if totals.skipped:
+        top = ", ".join(f"{k} {n:,}" for k, n in totals.skipped.most_common(4))
+        more = " ..." if len(totals.skipped) > 4 else ""
+        print(f"pidquota: skipped {sum(totals.skipped.values()):,} input lines of no interest ({top}{more})")
     print(
         f"pidquota: {totals.batches} batch{'es' if totals.batches != 1 else ''}; wrote "
         f"{totals.rows['decisions']} decisions, {totals.rows['metrics']} metric rows, "
@@ -225,7 +230,8 @@ def _lines(
         return q.kafka_source(spark, KafkaUrl.parse(kafka_input), config, stop, screen)
     if args.input is not None:
         max_files = config["pidquota.max.events.per.trigger"]
-        return q.file_source(spark, args.input, max_files, checkpoint, stop, screen)
+        fmt, follow = q.input_format(config), q.follows(config)
+        return q.file_source(spark, args.input, max_files, checkpoint, stop, screen, fmt, follow)
     from pidquota.streaming import stopping
     from pidquota.streaming.sources.demo import DemoDataSource
 

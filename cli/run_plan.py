@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pidquota.cli import checkpoints, output_folder, preflight
+from pidquota.cli.common import input_overrides
 from pidquota.conf.durations import parse_duration_ms
 from pidquota.conf.errors import PidquotaError
 from pidquota.conf.loader import load, parse_overrides
@@ -71,7 +72,7 @@ def plan(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> Plan:
 
 def run_overrides(args: argparse.Namespace) -> dict[str, str]:
     """``--set`` plus the flags that are shorthands for settings."""
-    overrides = parse_overrides(args.set)
+    overrides = {**parse_overrides(args.set), **input_overrides(args)}
     flags = {
         "quotas": "pidquota.quotas.file",
         "checkpoint": "pidquota.checkpoint.location",

@@ -103,6 +103,9 @@ def coerce(setting: Setting, raw: Any, origin: str) -> Any:
             f"{setting.name} = {shown} (from {origin}) is out of range; expected "
             f"{setting.range_text()} (default {setting.default!r})"
         )
+    problem = setting.check(value) if setting.check else None
+    if problem:
+        raise ConfigError(f"{setting.name} = {shown} (from {origin}) {problem}")
     return value
 
 

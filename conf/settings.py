@@ -7,6 +7,7 @@ nothing else parses settings.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ class Setting:
     min_exclusive: bool = False
     choices: tuple[str, ...] | None = None
     secret: bool = False
+    check: Callable[[Any], str | None] | None = None  # why a value is refused, or None
 
     @property
     def shown_default(self) -> str:
@@ -45,6 +47,16 @@ class Setting:
         lo = "" if self.min is None else (f"> {self.min}" if self.min_exclusive else f">= {self.min}")
         hi = "" if self.max is None else f"<= {self.max}"
         return " and ".join(p for p in (lo, hi) if p) or "any"
+
+
+def _zone_problem(name: str) -> str | None:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return "is not a time zone; use an IANA name such as UTC or Europe/Berlin"
+    return None
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -100,6 +112,49 @@ SETTINGS: tuple[Setting, ...] = (
         min=1,
     ),
     # -- pidquota: inputs and outputs -------------------------------------------------
+    Setting(
+        "pidquota.input.format",
+        str,
+        "events",
+        "pidquota's own JSON event is what the demo, the generator and every earlier run read.",
+        "What an input's lines are: `events` (one JSON event per line) or `kafka-request-log` "
+        "(brokers' request-log lines with kafka.request.logger at DEBUG, raw or in a log "
+        "shipper's JSON; docs/real-cluster.md). Same as --input-format.",
+        choices=("events", "kafka-request-log"),
+    ),
+    Setting(
+        "pidquota.input.follow",
+        str,
+        "auto",
+        "A broker appends to its live request log and rolls it hourly; event files are written once.",
+        "Follow growing files: read new whole lines as they are appended, know a rolled "
+        "(renamed) file as the same stream. auto: on for kafka-request-log, off for events. "
+        "Same as --follow / --no-follow.",
+        choices=("auto", "true", "false"),
+    ),
+    Setting(
+        "pidquota.request.log.timezone",
+        str,
+        "UTC",
+        "log4j writes the broker JVM's local time without a zone; most brokers run in UTC.",
+        "The brokers' time zone (IANA name, e.g. Europe/Berlin): how request-log times are read.",
+        check=_zone_problem,
+    ),
+    Setting(
+        "pidquota.request.log.message.fields",
+        str,
+        "message,log",
+        "Filebeat and Vector put the line in `message`, Fluent Bit in `log`.",
+        "In a log shipper's JSON record, the fields (dotted paths, first present wins) that hold "
+        "the request-log line.",
+    ),
+    Setting(
+        "pidquota.request.log.host.fields",
+        str,
+        "host.name,host,hostname",
+        "Filebeat writes host.name, Vector host, syslog-style shippers hostname.",
+        "In a log shipper's JSON record, the fields (dotted paths, first present wins) that name the broker.",
+    ),
     Setting(
         "pidquota.quotas.file",
         str,

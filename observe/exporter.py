@@ -170,6 +170,12 @@ class Exporter:
             "pidquota_event_time_lag_seconds", "Wall clock minus the newest event time seen", registry=reg
         )
         lag.set_function(self._lag)
+        self.skipped = Counter(
+            "pidquota_input_lines_skipped",
+            "Input lines of no interest, by kind: the request log's other API keys, refused inits",
+            ["api_key"],
+            registry=reg,
+        )
         self.dead = Counter("pidquota_dead_letters", "Dead letters by reason class", ["reason"], registry=reg)
         for reason in REASON_CLASSES:
             self.dead.labels(reason)  # every class shows, at 0 until it happens
@@ -200,6 +206,10 @@ class Exporter:
         if len(dead):
             for reason, n in dead["reason"].map(reason_class).value_counts().items():
                 self.dead.labels(reason).inc(int(n))
+        skipped = frames.get("skipped")
+        if skipped is not None and len(skipped):
+            for key, n in zip(skipped["api_key"], skipped["lines"], strict=True):
+                self.skipped.labels(str(key)).inc(int(n))
         if not len(metrics):
             return
         self._newest_ms = max(self._newest_ms or 0, float(_numbers(metrics, "timestamp").max()))

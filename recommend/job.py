@@ -67,7 +67,9 @@ def _lines(spark, input_path: str, config, checkpoint: Path) -> DataFrame:
         spark.dataSource.register(KafkaDataSource)
         return q.kafka_source(spark, KafkaUrl.parse(input_path), config, screen=screen)
     max_files = config["pidquota.max.events.per.trigger"]
-    return q.file_source(spark, input_path, max_files, str(checkpoint), screen=screen)
+    return q.file_source(
+        spark, input_path, max_files, str(checkpoint), screen=screen, fmt=q.input_format(config)
+    )
 
 
 def _events(lines: DataFrame, max_principal: int) -> DataFrame:

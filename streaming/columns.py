@@ -6,6 +6,7 @@ from __future__ import annotations
 
 KIND_EVENT, KIND_DEAD = "E", "D"  # what parsing made of a record
 KIND_DECISION, KIND_METRIC = "decision", "metric"  # rows coming out of the operator
+KIND_SKIPPED = "skipped"  # input lines of no interest, counted per kind (the request log's other API keys)
 
 # What parsing yields: valid events, and dead letters with raw text, reason and source.
 PARSED_COLUMNS = (
@@ -62,10 +63,12 @@ METRIC_COLUMNS = (
     "mode",
 )
 DEAD_LETTER_COLUMNS = ("raw", "reason", "source")
+SKIPPED_COLUMNS = ("api_key", "lines")
 
 # Each output: its name (folder, Kafka option), the row kind it takes, its columns.
 OUTPUTS = {
     "decisions": (KIND_DECISION, DECISION_COLUMNS),
     "metrics": (KIND_METRIC, METRIC_COLUMNS),
     "dead-letters": (KIND_DEAD, DEAD_LETTER_COLUMNS),
+    "skipped": (KIND_SKIPPED, SKIPPED_COLUMNS),
 }

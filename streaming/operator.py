@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -18,7 +19,7 @@ import pandas as pd
 
 from pidquota.quota import ADMIT, PrincipalQuota, QuotaSettings, QuotaSource, resolve
 from pidquota.quota.states import PrincipalStates
-from pidquota.streaming.columns import DEAD_PRINCIPAL, KIND_DEAD, KIND_DECISION, KIND_METRIC
+from pidquota.streaming.columns import DEAD_PRINCIPAL, KIND_DEAD, KIND_DECISION, KIND_METRIC, KIND_SKIPPED
 from pidquota.streaming.schema import OUTPUT_COLUMNS
 
 # PySpark's worker pads each group's output with all-NA rows and concatenates
@@ -51,14 +52,23 @@ def _frame(rows: list[list]) -> pd.DataFrame:
 
 
 def _dead_letters(pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """Dead letters as they are, and the counts of skipped lines summed per kind."""
+    skipped: Counter = Counter()
     for pdf in pdfs:
         if len(pdf):
             letters = [json.loads(x) for x in pdf["dead"]]
-            rows = [
-                _row(kind=KIND_DEAD, raw=d.get("raw"), reason=d.get("reason"), source=d.get("source"))
-                for d in letters
-            ]
-            yield _frame(rows)
+            rows = []
+            for d in letters:
+                if "skipped" in d:
+                    skipped.update(d["skipped"])
+                else:
+                    rows.append(
+                        _row(kind=KIND_DEAD, raw=d.get("raw"), reason=d.get("reason"), source=d.get("source"))
+                    )
+            if rows:
+                yield _frame(rows)
+    if skipped:
+        yield _frame([_row(kind=KIND_SKIPPED, api_key=k, lines=n) for k, n in sorted(skipped.items())])
 
 
 def unfold(pdf: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:

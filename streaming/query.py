@@ -34,13 +34,45 @@ COMPACT_COLUMNS = ("principal", "producer_id", "timestamps", "epochs", "dead")
 # from event time upstream and drives eviction. A test pins this behaviour.
 
 
+def input_format(config: Config) -> dict[str, str]:
+    """The sources' options for ``pidquota.input.format``: none for JSON events, the
+    request log's settings for ``kafka-request-log`` (``streaming/request_log.py``)."""
+    from pidquota.streaming.request_log import FORMAT, Options
+
+    if config["pidquota.input.format"] != FORMAT:
+        return {}
+    return Options.from_config(config).to_source()
+
+
+def follows(config: Config) -> bool:
+    """Whether a file input is followed as it grows (``pidquota.input.follow``)."""
+    value = config["pidquota.input.follow"]
+    return value == "true" or (value == "auto" and bool(input_format(config)))
+
+
+def _needs_screen(fmt: dict | None, screen: int) -> None:
+    if fmt and not screen:
+        raise ConfigError(
+            "the request-log input is read by the source's screen; give screen= the principal limit"
+        )
+
+
 def file_source(
-    spark, path: str, max_files: int, checkpoint: str, stop_flag: str = "", screen: int = 0
+    spark,
+    path: str,
+    max_files: int,
+    checkpoint: str,
+    stop_flag: str = "",
+    screen: int = 0,
+    fmt: dict | None = None,
+    follow: bool = False,
 ) -> DataFrame:
-    """A JSON-lines file, or a folder of them, as a stream of ``value`` lines
+    """A file, or a folder of them, as a stream of ``value`` lines
     (``streaming/sources/files.py``: a fixed order, and every file named is read).
     ``screen`` (the principal length limit) makes the source screen its lines
-    itself (``streaming/screen.py``), for :func:`enforcer`."""
+    itself (``streaming/screen.py``), for :func:`enforcer`; ``fmt``: the input format's
+    options (:func:`input_format`); ``follow``: read the new lines of growing files."""
+    _needs_screen(fmt, screen)
     from pidquota.streaming.sources.files import FilesDataSource
     from pidquota.streaming.sources.listing import LEDGER, check_input
 
@@ -60,6 +92,9 @@ def file_source(
     )
     if max_files:
         reader = reader.option("maxFilesPerTrigger", max_files)
+    if follow:
+        reader = reader.option("follow", "true")
+    reader = reader.options(**(fmt or {}))
     if stop_flag:
         reader = reader.option(stopping.OPTION, stop_flag)
     if screen:
@@ -69,8 +104,12 @@ def file_source(
 
 def kafka_source(spark, url, config, stop_flag: str = "", screen: int = 0) -> DataFrame:
     """A Kafka topic as a stream of ``value`` lines plus the record's position and time
-    (``screen``: screened in the source, as :func:`file_source`)."""
+    (``screen``: screened in the source, as :func:`file_source`, in the configured
+    input format)."""
+    fmt = input_format(config)
+    _needs_screen(fmt, screen)
     options = {
+        **fmt,
         "kafka.bootstrap.servers": url.bootstrap,
         "subscribe": url.topic,
         "startingOffsets": config["pidquota.kafka.starting.offsets"],
@@ -111,6 +150,7 @@ def screened(lines: DataFrame, max_principal: int) -> DataFrame:
     parsed = parse_events(unchecked, max_principal, keep=tuple(n for n, _ in FOLDED))
     event = check & (F.col("kind") == KIND_EVENT)
     dead = F.when(check & (F.col("kind") == KIND_DEAD), F.to_json(F.struct("raw", "reason", "source")))
+    dead = dead.otherwise(F.col("f_dead"))  # judged by the source itself (streaming/request_log.py)
     return parsed.select(
         F.when(check, F.col("principal")).otherwise(F.col("f_principal")).alias("principal"),
         F.when(check, F.col("producer_id")).otherwise(F.col("f_producer_id")).alias("producer_id"),

@@ -72,6 +72,9 @@ FOLDED = (
     ("f_timestamps", pa.list_(pa.int64())),
     ("f_epochs", pa.list_(pa.int32())),
     ("f_max_ts", pa.int64()),
+    # A row the source judged itself (``streaming/request_log.py``): a dead letter's JSON
+    # (raw, reason, source), or lines skipped per kind ({"skipped": {...}}); principal "".
+    ("f_dead", pa.string()),
     ("check", pa.bool_()),
 )
 
@@ -152,12 +155,38 @@ def _certified(table: pa.Table, fallback: pa.Array | None, max_principal: int) -
     return pc.fill_null(ok, False), ts
 
 
-def _fold(events: pa.Table) -> pa.Table:
+def fold(events: pa.Table) -> pa.Table:
     """One row per (principal, PID): its timestamps and epochs, and the newest timestamp."""
     folded = events.group_by(["principal", "producer_id"], use_threads=False).aggregate(
         [("timestamp", "list"), ("producer_epoch", "list"), ("timestamp", "max")]
     )
     return folded
+
+
+def folded_batch(folded: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
+    """Folded events (:func:`fold`) as screened rows of ``schema`` (the line columns null)."""
+    n = folded.num_rows
+    cols = [
+        folded["principal"],
+        folded["producer_id"],
+        folded["timestamp_list"],
+        folded["producer_epoch_list"],
+        folded["timestamp_max"],
+        pa.nulls(n, pa.string()),
+        pa.array(np.zeros(n, dtype=bool)),
+    ]
+    cols = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in cols]
+    cols += [pa.nulls(n, f.type) for f in schema][len(cols) :]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def judged_batch(dead: list[str], schema: pa.Schema) -> pa.RecordBatch:
+    """Rows the source judged itself (``f_dead`` JSON texts), principal "" and nothing to check."""
+    n = len(dead)
+    cols = [pa.array([""] * n, pa.string())] + [pa.nulls(n, t) for _, t in FOLDED[1:-2]]
+    cols += [pa.array(dead, pa.string()), pa.array(np.zeros(n, dtype=bool))]
+    cols += [pa.nulls(n, f.type) for f in schema][len(cols) :]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
 # A source option: screen the lines in the source itself, with this principal length
@@ -180,17 +209,6 @@ def as_binary(schema: pa.Schema) -> pa.Schema:
 def screened_schema(line_schema: pa.Schema) -> pa.Schema:
     """What a screening source yields: the folded columns, then the line columns."""
     return pa.schema([*FOLDED, *as_binary(line_schema)])
-
-
-def screen_batches(batches: Iterator[pa.RecordBatch], line_schema: pa.Schema, max_principal: int):
-    """A source's line batches screened (``value`` made binary first if it is a string)."""
-    screen = Screen(as_binary(line_schema), max_principal)
-    i = line_schema.get_field_index("value")
-    for batch in batches:
-        if batch.num_rows:
-            if not pa.types.is_binary(batch.schema.field(i).type):
-                batch = batch.set_column(i, "value", batch.column(i).cast(pa.binary()))
-            yield from screen.screen(batch)
 
 
 class Screen:
@@ -232,24 +250,10 @@ class Screen:
                 }
             ).filter(ok)
             if events.num_rows:
-                yield self._folded(_fold(events))
+                yield folded_batch(fold(events), self.schema)
         rest = np.flatnonzero(~certified)
         if len(rest):
             yield self._unchecked(batch.take(rest))
-
-    def _folded(self, folded: pa.Table) -> pa.RecordBatch:
-        n = folded.num_rows
-        cols = [
-            folded["principal"],
-            folded["producer_id"],
-            folded["timestamp_list"],
-            folded["producer_epoch_list"],
-            folded["timestamp_max"],
-            pa.array(np.zeros(n, dtype=bool)),
-        ]
-        cols = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in cols]
-        cols += [pa.nulls(n, f.type) for f in self.line_schema]
-        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 
     def _unchecked(self, lines: pa.RecordBatch) -> pa.RecordBatch:
         n = lines.num_rows

@@ -43,7 +43,7 @@ def produce(options: dict, batches) -> KafkaCommit:
             table = pa.Table.from_batches([batch])
             kinds = table.column("kind").to_pylist()
             for name, (kind, columns) in OUTPUTS.items():
-                topic = options.get(TOPIC_OPTIONS[name])
+                topic = options.get(TOPIC_OPTIONS.get(name, ""))
                 if not topic or kind not in kinds:
                     continue
                 rows = table.filter(pc.equal(table["kind"], kind))

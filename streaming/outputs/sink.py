@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,11 @@ class BatchTotals:
 
     batches: int = 0
     rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTPUTS, 0))
+    skipped: Counter = field(default_factory=Counter)  # input lines of no interest, per kind
+
+    def add_skipped(self, frame: pd.DataFrame) -> None:
+        for key, n in zip(frame["api_key"], frame["lines"], strict=True):
+            self.skipped[str(key)] += int(n)
 
 
 def write_jsonl(frame: pd.DataFrame, path: Path) -> None:
@@ -122,6 +128,7 @@ class JsonlSink:
             elif target.exists():  # a replay that now writes nothing
                 target.unlink()
             self.totals.rows[name] += len(part)
+        self.totals.add_skipped(frames["skipped"])
         self._keep(batch_id)
         if self.kafka:
             self._send(

@@ -40,7 +40,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 
 from pidquota.conf.errors import CorruptStateError
 from pidquota.streaming import stopping
-from pidquota.streaming.screen import screen_batches, screen_limit, screened_schema
+from pidquota.streaming.screen import screen_limit, screened_schema
+from pidquota.streaming.sources import follow
+from pidquota.streaming.sources.formats import screened_lines
 from pidquota.streaming.sources.listing import (
     append_ledger,
     changed_since_read,
@@ -60,19 +62,34 @@ SPLIT_BYTES = 4 << 20
 
 class FileRange(InputPartition):
     """The lines of one file that start within bytes [start, end), the file read up to
-    the size it had when it was listed, so a replay reads the same bytes."""
+    the size it had when it was listed, so a replay reads the same bytes. ``key``: the
+    identity of a followed file (``streaming/sources/follow.py``), found by it if renamed."""
 
-    def __init__(self, path: str, size: int, start: int = 0, end: int | None = None):
+    def __init__(self, path: str, size: int, start: int = 0, end: int | None = None, key: str = ""):
         self.path, self.size, self.start = path, size, start
         self.end = size if end is None else end
+        self.key = key
 
 
-def split(path: str, size: int) -> list[FileRange]:
-    """A file as ranges of about ``SPLIT_BYTES``, so that the cores share one file's
-    read and parse (a batch of one file would otherwise run on one core)."""
-    pieces = max(1, -(-size // SPLIT_BYTES))
-    bounds = [size * k // pieces for k in range(pieces + 1)]
-    return [FileRange(path, size, a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+def split(path: str, size: int, begin: int = 0, key: str = "") -> list[FileRange]:
+    """Bytes [begin, size) of a file as ranges of about ``SPLIT_BYTES``, so that the cores
+    share one file's read and parse (a batch of one file would otherwise run on one core)."""
+    pieces = max(1, -(-(size - begin) // SPLIT_BYTES))
+    bounds = [begin + (size - begin) * k // pieces for k in range(pieces + 1)]
+    return [FileRange(path, size, a, b, key) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def broker_of(root: str, source: str | None) -> str | None:
+    """The broker a file's lines come from: the first folder below the input folder
+    (``/logs/broker-1/kafka-request.log`` under ``/logs``: ``broker-1``), or None."""
+    if not source:
+        return None
+    path = Path(source.removeprefix("file://"))
+    try:
+        parts = path.relative_to(Path(root)).parts
+    except ValueError:
+        return None
+    return parts[0] if len(parts) > 1 else None
 
 
 class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -144,17 +161,70 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return state
 
     def read(self, partition: FileRange) -> Iterator[pa.RecordBatch]:
-        limit = screen_limit(self.options)
-        lines = self._lines(partition)
-        return screen_batches(lines, _ARROW, limit) if limit else lines
+        return read_partition(partition, self.root, self.options)
 
-    def _lines(self, partition: FileRange) -> Iterator[pa.RecordBatch]:
-        source = pa.scalar(Path(partition.path).as_uri(), pa.string())
-        try:
-            for lines in read_lines(partition.path, partition.size, partition.start, partition.end):
-                yield pa.RecordBatch.from_arrays([lines, pa.repeat(source, len(lines))], schema=_ARROW)
-        except OSError as exc:  # gone or unreadable since it was listed: say so, do not fail the query
-            log.warning("pidquota: could not read %s, listed for this batch: %s", partition.path, exc)
+
+def read_partition(partition: FileRange, root: str, options: dict) -> Iterator[pa.RecordBatch]:
+    """A partition's lines, through the screen the options ask for."""
+    root_dir = root if Path(root).is_dir() else str(Path(root).parent)
+    return screened_lines(_lines(partition), _ARROW, options, lambda s: broker_of(root_dir, s))
+
+
+def _lines(partition: FileRange) -> Iterator[pa.RecordBatch]:
+    path = follow.locate(partition.key, partition.path) if partition.key else partition.path
+    if path is None:
+        log.warning("pidquota: %s, listed for this batch, is gone: its lines are not read", partition.path)
+        return
+    source = pa.scalar(Path(path).as_uri(), pa.string())
+    try:
+        for lines in read_lines(path, partition.size, partition.start, partition.end):
+            yield pa.RecordBatch.from_arrays([lines, pa.repeat(source, len(lines))], schema=_ARROW)
+    except OSError as exc:  # gone or unreadable since it was listed: say so, do not fail the query
+        log.warning("pidquota: could not read %s, listed for this batch: %s", path, exc)
+
+
+class FollowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Growing files followed (``streaming/sources/follow.py``): offsets are read positions."""
+
+    def __init__(self, options: dict):
+        options = {str(k).lower(): v for k, v in dict(options).items()}
+        self.root, self.options = options["path"], options
+        self.follower = follow.Follower(self.root, Path(options["ledger"]).with_name(follow.LEDGER))
+        self._now = False  # availableNow: read what is there when the query starts
+        self._target: dict | None = None
+
+    def initialOffset(self) -> dict:
+        return follow.initial()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._now = True
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        if stopping.requested(self.options):
+            return start
+        if self._target is not None:
+            return self._target
+        end = self.follower.advance(start)
+        if self._now:
+            self._target = end
+        return end
+
+    def getDefaultReadLimit(self):
+        return ReadAllAvailable()
+
+    def partitions(self, start: dict, end: dict):
+        return [r for c in self.follower.chunks(start, end) for r in split(c.path, c.end, c.start, c.key)]
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def __getstate__(self):  # what reaches the executors: not the follower
+        state = self.__dict__.copy()
+        state.update(follower=None)
+        return state
+
+    def read(self, partition: FileRange) -> Iterator[pa.RecordBatch]:
+        return read_partition(partition, self.root, self.options)
 
 
 def read_lines(
@@ -221,5 +291,7 @@ class FilesDataSource(DataSource):
     def schema(self):
         return from_arrow_schema(screened_schema(_ARROW)) if screen_limit(self.options) else SCHEMA
 
-    def streamReader(self, schema) -> FileStreamReader:
+    def streamReader(self, schema) -> FileStreamReader | FollowStreamReader:
+        if str(self.options.get("follow", "false")).lower() == "true":
+            return FollowStreamReader(self.options)
         return FileStreamReader(self.options)

@@ -37,34 +37,35 @@ class Enforcer:
         self.replay_until = replay_until  # as run --replay-until
 
     def run(self, events: list, name: str = "events") -> dict[str, pd.DataFrame]:
-        from pidquota.streaming import query as q
 
         n = len(list(self.input.glob("*.jsonl")))
         write_events(self.input / f"{n:03d}-{name}.jsonl", events)
-        return self._run(
-            q.file_source(self.spark, str(self.input), 0, str(self.out / "_ck"), screen=self.screen)
-        )
+        return self._run(self._files(0))
 
     def run_batches(self, batches: list[list], name: str = "events") -> dict[str, pd.DataFrame]:
         """Write each list of events as a file and run once, one file per micro-batch."""
-        from pidquota.streaming import query as q
 
         n = len(list(self.input.glob("*.jsonl")))
         for k, events in enumerate(batches):
             write_events(self.input / f"{n + k:03d}-{name}.jsonl", events)
-        return self._run(
-            q.file_source(self.spark, str(self.input), 1, str(self.out / "_ck"), screen=self.screen)
-        )
+        return self._run(self._files(1))
 
     def run_lines(self, lines: list, name: str = "lines") -> dict[str, pd.DataFrame]:
         """Write raw records (str or bytes, one per line) as they are, and run on the folder."""
-        from pidquota.streaming import query as q
 
         n = len(list(self.input.glob("*.jsonl")))
         data = [x if isinstance(x, bytes) else x.encode("utf-8") for x in lines]
         (self.input / f"{n:03d}-{name}.jsonl").write_bytes(b"\n".join(data) + b"\n")
-        return self._run(
-            q.file_source(self.spark, str(self.input), 0, str(self.out / "_ck"), screen=self.screen)
+        return self._run(self._files(0))
+
+    def _files(self, max_files: int):
+        """The input folder as the CLI reads it: in the configured format, followed or not."""
+        from pidquota.streaming import query as q
+
+        fmt, follow = q.input_format(self.config), q.follows(self.config)
+        ck = str(self.out / "_ck")
+        return q.file_source(
+            self.spark, str(self.input), max_files, ck, screen=self.screen, fmt=fmt, follow=follow
         )
 
     def run_kafka(self, url: str, kafka_out: dict | None = None) -> dict[str, pd.DataFrame]:
@@ -89,4 +90,4 @@ class Enforcer:
             query.awaitTermination()
         finally:
             self.last_progress = query.recentProgress
-        return {k: read_output(self.out, k) for k in ("decisions", "metrics", "dead-letters")}
+        return {k: read_output(self.out, k) for k in ("decisions", "metrics", "dead-letters", "skipped")}

@@ -28,7 +28,8 @@ from pyspark.sql.streaming.datasource import (
 
 from pidquota.store.kafka import KafkaError, consumer, normalized, parse_starting_offsets, safe_options
 from pidquota.streaming import stopping
-from pidquota.streaming.screen import screen_batches, screen_limit, screened_schema
+from pidquota.streaming.screen import screen_limit, screened_schema
+from pidquota.streaming.sources.formats import screened_lines
 from pidquota.streaming.sources.kafka.records import ARROW, SCHEMA
 
 log = logging.getLogger("pidquota.kafka")
@@ -278,9 +279,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             read_range,  # Fetch requests decoded straight into Arrow
         )
 
-        limit = screen_limit(partition.options)
-        batches = read_range(partition, _lost)
-        return screen_batches(batches, ARROW, limit) if limit else batches
+        return screened_lines(read_range(partition, _lost), ARROW, partition.options)
 
 
 class KafkaDataSource(DataSource):

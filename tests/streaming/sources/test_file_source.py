@@ -91,7 +91,7 @@ def test_a_file_is_read_up_to_its_listed_size_and_a_vanished_one_does_not_fail(t
     with path.open("ab") as f:
         f.write(b"c\nd")  # still being written after it was listed
     r = fs.FileStreamReader.__new__(fs.FileStreamReader)
-    r.options = {}  # no screening: the lines themselves
+    r.root, r.options = str(tmp_path), {}  # no screening: the lines themselves
     got = [v for b in r.read(fs.FileRange(entry.path, entry.size)) for v in b.column(0).to_pylist()]
     assert got == [b"a", b"b"]
     path.unlink()
