@@ -85,7 +85,10 @@ def test_a_shippers_topic_decides_as_the_json_events(kafka, make_enforcer, tmp_p
     expected = make_enforcer(tmp_path / "events", QUOTAS).run(_events(inits))
     lines = _log(inits, broken=False)
     if shape == "filebeat":
-        lines = [json.dumps({"message": x, "host": {"name": "broker-3"}, "agent": {"type": "filebeat"}}) for x in lines]
+        lines = [
+            json.dumps({"message": x, "host": {"name": "broker-3"}, "agent": {"type": "filebeat"}})
+            for x in lines
+        ]
     topic = f"request-log-{shape}"
     kafka.produce(topic, lines, partitions=1)  # one partition: the log's order, as one broker wrote it
     runner = make_enforcer(tmp_path / "log", QUOTAS, **FORMAT)

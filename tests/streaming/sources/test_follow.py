@@ -1,0 +1,150 @@
+"""Following growing files (streaming/sources/follow.py), Spark-free: whole lines only, a
+rolled file known as the same stream, a file cut shorter named and read again, a reused
+inode told apart, quiet files parked and brought back, and chunks that replay exactly."""
+
+import json
+import logging
+import os
+
+import pytest
+
+from pidquota.conf.errors import CorruptStateError
+from pidquota.streaming.sources import follow
+
+
+class Clock:
+    def __init__(self, now=None):
+        self.now = now
+
+    def __call__(self):
+        return self.now if self.now is not None else __import__("time").time()
+
+
+@pytest.fixture
+def logs(tmp_path):
+    (tmp_path / "logs").mkdir()
+    return tmp_path / "logs"
+
+
+def follower(logs, clock=None):
+    return follow.Follower(str(logs), logs.parent / "ck" / follow.LEDGER, clock or Clock())
+
+
+def taken(chunks) -> dict[str, bytes]:
+    """What a batch reads, per file path."""
+    out = {}
+    for c in chunks:
+        path = follow.locate(c.key, c.path)
+        with open(path, "rb") as f:
+            f.seek(c.start)
+            out[os.path.basename(path)] = out.get(os.path.basename(path), b"") + f.read(c.end - c.start)
+    return out
+
+
+def step(f, offset):
+    end = f.advance(offset)
+    return end, taken(f.chunks(offset, end))
+
+
+def test_only_whole_lines_are_read_and_new_bytes_follow(logs):
+    live = logs / "kafka-request.log"
+    live.write_bytes(b"a\nb\npart")
+    f = follower(logs)
+    off, got = step(f, follow.initial())
+    assert got == {"kafka-request.log": b"a\nb\n"}
+    with live.open("ab") as w:
+        w.write(b"ial\nc\n")
+    off, got = step(f, off)
+    assert got == {"kafka-request.log": b"partial\nc\n"}
+    off, got = step(f, off)
+    assert got == {}
+
+
+def test_a_rolled_file_is_the_same_stream_and_the_new_live_file_is_read_from_its_start(logs):
+    live = logs / "kafka-request.log"
+    live.write_bytes(b"1\n2\n")
+    f = follower(logs)
+    off, got = step(f, follow.initial())
+    with live.open("ab") as w:
+        w.write(b"3\n")
+    live.rename(logs / "kafka-request.log.2026-11-24-13")  # log4j rolls by renaming
+    live.write_bytes(b"4\n")
+    off, got = step(f, off)
+    assert got == {"kafka-request.log.2026-11-24-13": b"3\n", "kafka-request.log": b"4\n"}
+    assert len(off["follow"]) == 2
+
+
+def test_a_file_cut_shorter_is_named_and_read_again_from_its_start(logs, caplog):
+    live = logs / "app.log"
+    live.write_bytes(b"one\ntwo\nthree\n")
+    f = follower(logs)
+    off, _ = step(f, follow.initial())
+    with live.open("r+b") as w:
+        w.truncate(0)
+        w.write(b"new\n")
+    with caplog.at_level(logging.WARNING, logger="pidquota.files"):
+        off, got = step(f, off)
+    assert got == {"app.log": b"new\n"}
+    assert "app.log was cut shorter (4 bytes, 14 already read)" in caplog.text
+    assert "copytruncate" in caplog.text
+
+
+def test_an_inode_holding_another_file_is_read_from_its_start(logs):
+    live = logs / "app.log"
+    live.write_bytes(b"[2026-01-01 00:00:00,000] first\n")
+    f = follower(logs)
+    off, _ = step(f, follow.initial())
+    live.write_bytes(
+        b"[2026-01-02 00:00:00,000] other file, longer than the first\n"
+    )  # same inode, new bytes
+    off, got = step(f, off)
+    assert got == {"app.log": b"[2026-01-02 00:00:00,000] other file, longer than the first\n"}
+
+
+def test_a_last_line_without_a_newline_is_read_once_the_file_is_quiet(logs):
+    live = logs / "app.log"
+    live.write_bytes(b"a\nb")
+    clock = Clock(live.stat().st_mtime + 1)
+    f = follower(logs, clock)
+    off, got = step(f, follow.initial())
+    assert got == {"app.log": b"a\n"}
+    clock.now += follow.QUIET_S
+    off, got = step(f, off)
+    assert got == {"app.log": b"b"}
+
+
+def test_quiet_files_are_parked_and_come_back_where_they_stopped(logs):
+    old = logs / "kafka-request.log.2026-11-24-13"
+    old.write_bytes(b"x\n" * 5)
+    os.utime(old, (1_000, 1_000))
+    f = follower(logs)
+    off1, got = step(f, follow.initial())  # read, not parked yet: it was not in the start offset
+    assert got == {old.name: b"x\n" * 5} and off1["parked"] == 0
+    off2, got = step(f, off1)
+    assert got == {} and off2 == {"follow": {}, "parked": 1}
+    assert json.loads((logs.parent / "ck" / follow.LEDGER).read_text())["file"][2] == 10
+    with old.open("ab") as w:
+        w.write(b"y\n")
+    off3, got = step(f, off2)
+    assert got == {old.name: b"y\n"}
+    # A restart replays a batch from its offsets alone: the same bytes.
+    again = follower(logs)
+    assert taken(again.chunks(off2, off3)) == {old.name: b"y\n"}
+    assert taken(again.chunks(off1, off2)) == {}
+
+
+def test_a_replayed_batch_reads_the_same_bytes_after_a_roll(logs):
+    live = logs / "kafka-request.log"
+    live.write_bytes(b"1\n")
+    f = follower(logs)
+    off1, _ = step(f, follow.initial())
+    live.write_bytes(b"1\n2\n")
+    off2 = f.advance(off1)
+    live.rename(logs / "kafka-request.log.1")  # rolled between planning and reading
+    live.write_bytes(b"3\n")
+    assert taken(follower(logs).chunks(off1, off2)) == {"kafka-request.log.1": b"2\n"}
+
+
+def test_a_checkpoint_of_a_file_input_read_once_is_refused(logs):
+    with pytest.raises(CorruptStateError, match="read once, not followed"):
+        follower(logs).advance({"files": 3})
