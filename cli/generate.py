@@ -14,6 +14,7 @@ from pidquota.conf.durations import EXAMPLES, parse_duration_ms
 from pidquota.conf.errors import ConfigError
 from pidquota.traffic.generator import DEFAULT_START_MS, TrafficGenerator
 from pidquota.traffic.mixes import MIXES
+from pidquota.traffic.request_log import RequestLog
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -44,6 +45,20 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "--start", type=int, default=DEFAULT_START_MS, help="first event time, ms since the epoch"
     )
     gen.add_argument(
+        "--format",
+        choices=("events", "kafka-request-log"),
+        default="events",
+        help="pidquota's JSON events, or the brokers' request log of the same traffic "
+        "(INIT_PRODUCER_ID, PRODUCE and --noise other lines, as kafka.request.logger writes them) "
+        "(%(default)s)",
+    )
+    gen.add_argument(
+        "--noise",
+        type=int,
+        default=10,
+        help="with --format kafka-request-log: FETCH and METADATA lines per produce request (%(default)s)",
+    )
+    gen.add_argument(
         "--speed", type=float, help="pace: event time this many times faster than the wall clock"
     )
     add_block_store_flags(gen)
@@ -64,8 +79,13 @@ def run(args: argparse.Namespace) -> int:
     )
     chunk_ms = 10_000 if args.speed else 60_000
     wall0 = time.monotonic()
+    if args.noise < 0:
+        raise ConfigError(f"--noise must be >= 0, got {args.noise}")
+    log = RequestLog(args.noise) if args.format == "kafka-request-log" else None
     with _EventSink(args) as sink:
         for lines, keys in gen.keyed_chunks(duration, chunk_ms=chunk_ms):
+            if log is not None:  # lines of the brokers' request log, unkeyed
+                lines, keys = list(log.lines(lines)), None
             sink.write(lines, keys)
             if args.speed:
                 sink.flush()
@@ -82,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
     secs = time.monotonic() - wall0
     where = args.output or args.to
     print(
-        f"pidquota: wrote {count:,} events to {where} in {secs:.1f} s; summary in {summary_path or '-'}",
+        f"pidquota: wrote {count:,} {'request-log lines' if log else 'events'} to {where} in {secs:.1f} s; "
+        f"summary in {summary_path or '-'}",
         file=sys.stderr,
     )
     for principal, s in summary["principals"].items():
@@ -114,15 +135,15 @@ class _EventSink:
             self._producer = producer(options, client_id="pidquota-generate")
         return self
 
-    def write(self, lines: list[str], keys: list[str]) -> None:
+    def write(self, lines: list[str], keys: list[str] | None) -> None:
         if not lines:
             return
         if self._file is not None:
             self._file.write("\n".join(lines))
             self._file.write("\n")
         else:
-            for line, key in zip(lines, keys, strict=True):
-                self._producer.send(self.topic, key=key.encode(), value=line.encode())
+            for line, key in zip(lines, keys or [None] * len(lines), strict=True):
+                self._producer.send(self.topic, key=key.encode() if key else None, value=line.encode())
         self.count += len(lines)
 
     def flush(self) -> None:

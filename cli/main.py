@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pidquota.cli import blocks, configs, generate, package, recommend, report, run, status
+from pidquota.cli import blocks, clients, configs, generate, package, recommend, report, run, status
 from pidquota.conf.errors import PidquotaError
 
 # Every command, in the order --help lists them; each module has add_parser(sub) and run(args).
-COMMANDS = (run, package, recommend, report, generate, blocks, configs, status)
+COMMANDS = (run, package, recommend, report, generate, clients, blocks, configs, status)
 
 
 DESCRIPTION = """Cluster-wide producer-ID quotas for Apache Kafka (KIP-936's producer_ids_rate),

@@ -145,26 +145,48 @@ def request_line(
     return f"[{log4j_time(ms, timezone)}] DEBUG Completed request:{text} ({LOGGER})"
 
 
-def from_events(events: Iterable[str], noise: int = 10, timezone: str = "UTC") -> Iterator[str]:
-    """The request log of the generator's produce-request events (JSON lines): an
-    INIT_PRODUCER_ID line (v4) before a producer id or epoch's first produce request, one
-    PRODUCE line per event and ``noise`` FETCH and METADATA lines after it."""
-    seen: set[tuple[str, int, int]] = set()
-    for n, text in enumerate(events):
-        e = json.loads(text)
-        ts, principal, pid = e["timestamp"], e["principal"], e["producer_id"]
-        epoch, client, txn = e.get("producer_epoch", -1), e.get("client_id", ""), e.get("transactional_id")
-        topic, partition = e.get("topic", "t"), e.get("partition", 0)
-        if pid >= 0 and (principal, pid, epoch) not in seen:
-            seen.add((principal, pid, epoch))
-            req, resp = init_producer_id(4, txn, 0, pid, max(epoch, 0))
-            yield request_line(ts, INIT_PRODUCER_ID, 4, req, resp, principal, client, n, timezone)
-        req, resp = produce(9, topic, partition, 1024 + n % 512, txn)
-        yield request_line(ts, PRODUCE, 9, req, resp, principal, client, n, timezone)
-        for k in range(noise):
+class RequestLog:
+    """The request log of the generator's produce-request events (JSON lines), chunk after
+    chunk: an INIT_PRODUCER_ID line (v4) before a producer id or epoch's first produce
+    request, one PRODUCE line per event and ``noise`` FETCH and METADATA lines after it."""
+
+    def __init__(self, noise: int = 10, timezone: str = "UTC"):
+        self.noise, self.timezone = noise, timezone
+        self._seen: set[tuple[str, int, int]] = set()
+        self._n = 0
+
+    def lines(self, events: Iterable[str]) -> Iterator[str]:
+        tz = self.timezone
+        for text in events:
+            n = self._n = self._n + 1
+            e = json.loads(text)
+            ts, principal, pid = e["timestamp"], e["principal"], e["producer_id"]
+            epoch, client, txn = (
+                e.get("producer_epoch", -1),
+                e.get("client_id", ""),
+                e.get("transactional_id"),
+            )
+            topic, partition = e.get("topic", "t"), e.get("partition", 0)
+            if pid >= 0 and (principal, pid, epoch) not in self._seen:
+                self._seen.add((principal, pid, epoch))
+                req, resp = init_producer_id(4, txn, 0, pid, max(epoch, 0))
+                yield request_line(ts, INIT_PRODUCER_ID, 4, req, resp, principal, client, n, tz)
+            req, resp = produce(9, topic, partition, 1024 + n % 512, txn)
+            yield request_line(ts, PRODUCE, 9, req, resp, principal, client, n, tz)
+            yield from self._noise(ts, topic, partition, principal, client, n)
+
+    def _noise(
+        self, ts: int, topic: str, partition: int, principal: str, client: str, n: int
+    ) -> Iterator[str]:
+        for k in range(self.noise):
             if k % 5 == 4:
                 req, resp = metadata(topic)
-                yield request_line(ts, METADATA, 12, req, resp, principal, client, n, timezone)
+                yield request_line(ts, METADATA, 12, req, resp, principal, client, n, self.timezone)
             else:
                 req, resp = fetch(-1, topic, partition, 1000 + k)
-                yield request_line(ts, FETCH, 13, req, resp, "User:consumer", "consumer-1", n, timezone)
+                yield request_line(ts, FETCH, 13, req, resp, "User:consumer", "consumer-1", n, self.timezone)
+
+
+def from_events(events: Iterable[str], noise: int = 10, timezone: str = "UTC") -> Iterator[str]:
+    """The request log of one list of events (:class:`RequestLog`)."""
+    return RequestLog(noise, timezone).lines(events)

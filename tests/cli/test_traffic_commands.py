@@ -44,3 +44,46 @@ def test_bad_arguments_are_one_line_errors(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert "cannot reach Redis at redis://***@127.0.0.1:1/0" in err and "secret" not in err
+
+
+def test_generate_writes_the_request_log_of_its_traffic(tmp_path, capsys):
+    import pyarrow as pa
+
+    from pidquota.streaming.request_log import Options, RequestLogJudge
+
+    events, log = tmp_path / "g.jsonl", tmp_path / "kafka-request.log"
+    # A block store of its own for each run: the same PIDs (KIP-730 numbering continues otherwise).
+    assert (
+        main(["generate", "--duration", "5m", "--blocks", str(tmp_path / "b1"), "--output", str(events)]) == 0
+    )
+    args = [
+        "generate",
+        "--duration",
+        "5m",
+        "--blocks",
+        str(tmp_path / "b2"),
+        "--format",
+        "kafka-request-log",
+        "--noise",
+        "4",
+        "--output",
+        str(log),
+    ]
+    assert main(args) == 0
+    assert "request-log lines" in capsys.readouterr().err
+    lines = log.read_text().splitlines()
+    judged = RequestLogJudge(Options(), 256).judge(
+        pa.array([x.encode() for x in lines]), [None] * len(lines), [None] * len(lines)
+    )
+    produced = [json.loads(x) for x in events.read_text().splitlines()]
+    pids = {(e["principal"], e["producer_id"]) for e in produced if e["producer_id"] >= 0}
+    assert {(e["principal"], e["producer_id"]) for e in judged.events} == pids
+    assert judged.skipped["PRODUCE"] == len(produced) and judged.dead == []
+    assert judged.skipped["FETCH"] + judged.skipped["METADATA"] == 4 * len(produced)
+    assert main(["generate", "--noise", "-1", "--format", "kafka-request-log", "--output", str(log)]) == 2
+    assert "--noise must be >= 0" in capsys.readouterr().err
+
+
+def test_clients_refuses_a_bad_rate_before_connecting(capsys):
+    assert main(["clients", "--to", "kafka://127.0.0.1:1/t", "--behaviour", "steady", "--rate", "0"]) == 2
+    assert "--rate must be > 0" in capsys.readouterr().err

@@ -255,32 +255,35 @@ def command_problems(doc: dict) -> list[str]:
 
 
 def topic_problems(doc: dict) -> list[str]:
+    """Every topic a service uses is created; what the clients produce is read: by the
+    enforcer from the topic, or from the broker's request log (:func:`request_log_problems`)."""
     problems = []
     created = created_topics(doc)
+    runs = {name: a for name, a in parsed(doc).items() if a.command == "run"}
+    if not runs:
+        problems.append("no service runs the enforcer")
     reads = {
         name: KafkaUrl.parse(a.input).topic
-        for name, a in parsed(doc).items()
-        if a.command == "run" and (a.input or "").startswith("kafka://")
+        for name, a in runs.items()
+        if (a.input or "").startswith("kafka://")
     }
-    if not reads:
-        problems.append("no service runs the enforcer on a kafka:// input")
+    for name, args in runs.items():
+        try:
+            config = run_config(doc, name, args)
+        except PidquotaError as exc:  # a bad setting: named by environment_problems too
+            problems.append(f"{name}: {exc}")
+            continue
+        topics = [reads.get(name)] + [config[f"pidquota.kafka.{t}.topic"] for t in OUTPUT_TOPICS]
+        for topic in filter(None, topics):
+            topic = KafkaUrl.parse(topic).topic if topic.startswith("kafka://") else topic
+            if topic not in created:
+                problems.append(f"{name} uses topic {topic!r}, which no service creates ({sorted(created)})")
     for name, args in parsed(doc).items():
-        if args.command == "run" and name in reads:
-            try:
-                config = run_config(doc, name, args)
-            except PidquotaError as exc:  # a bad setting: named by environment_problems too
-                problems.append(f"{name}: {exc}")
-                continue
-            topics = [reads[name]] + [config[f"pidquota.kafka.{t}.topic"] for t in OUTPUT_TOPICS]
-            for topic in filter(None, topics):
-                topic = KafkaUrl.parse(topic).topic if topic.startswith("kafka://") else topic
-                if topic not in created:
-                    problems.append(
-                        f"{name} uses topic {topic!r}, which no service creates ({sorted(created)})"
-                    )
-        if args.command == "generate" and args.to:
+        if args.command in ("generate", "clients") and args.to:
             topic = KafkaUrl.parse(args.to).topic
-            if topic not in reads.values():
+            if topic not in created:
+                problems.append(f"{name} produces to {topic!r}, which no service creates ({sorted(created)})")
+            elif args.command == "generate" and topic not in reads.values():
                 problems.append(f"{name} produces to {topic!r}; the enforcer reads {sorted(reads.values())}")
     return problems
 
@@ -376,6 +379,99 @@ def volume_problems(doc: dict) -> list[str]:
     return problems
 
 
+def log4j(path: Path) -> dict[str, str]:
+    """A log4j 1 properties file's keys and values."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def mounts(service: dict) -> dict[str, str]:
+    """Target -> source of a service's volumes (named volumes and bind mounts)."""
+    out = {}
+    for volume in service.get("volumes") or []:
+        source, _, target = str(volume).partition(":")
+        out[target.split(":")[0]] = source
+    return out
+
+
+def request_log_problems(doc: dict) -> list[str]:
+    """The broker writes its request log at DEBUG, in the pattern pidquota reads, to a named
+    volume, and the enforcer follows that volume (under its --input) in that format."""
+    services = doc["services"]
+    kafka = services.get("kafka", {})
+    config = mounts(kafka).get("/mnt/shared/config/log4j.properties")
+    if config is None or not (COMPOSE_FILE.parent / config).is_file():
+        return ["kafka: no log4j.properties of docker/ mounted at /mnt/shared/config/log4j.properties"]
+    props = log4j(COMPOSE_FILE.parent / config)
+    level, _, appender = props.get("log4j.logger.kafka.request.logger", "").partition(",")
+    appender = appender.strip()
+    problems = []
+    if level.strip() != "DEBUG" or not appender:
+        problems.append("kafka: kafka.request.logger is not at DEBUG with an appender of its own")
+    if props.get(f"log4j.appender.{appender}.layout.ConversionPattern") != "[%d] %p %m (%c)%n":
+        problems.append("kafka: the request appender's pattern is not Kafka's [%d] %p %m (%c)%n")
+    folder = str(Path(props.get(f"log4j.appender.{appender}.File", "/")).parent)
+    volume = mounts(kafka).get(folder)
+    if volume is None or volume not in (doc.get("volumes") or {}):
+        return [*problems, f"kafka: the request log's folder {folder} is on no named volume"]
+    for name, args in parsed(doc).items():
+        if args.command != "run" or (args.input or "").startswith("kafka://"):
+            continue
+        where = [t for t, src in mounts(services[name]).items() if src == volume]
+        if not any(Path(t).is_relative_to(args.input) for t in where):
+            problems.append(f"{name}: --input {args.input} does not hold the {volume} volume ({where})")
+        config = run_config(doc, name, args)
+        if (
+            config["pidquota.input.format"] != "kafka-request-log"
+            or config["pidquota.input.follow"] == "false"
+        ):
+            problems.append(f"{name}: reads {args.input} without --input-format kafka-request-log, followed")
+    return problems
+
+
+def sasl_users(service: dict) -> dict[str, str]:
+    """The PLAIN users (name -> password) of a broker's listener JAAS settings."""
+    out = {}
+    for key, value in environment(service).items():
+        if key.endswith("_PLAIN_SASL_JAAS_CONFIG"):
+            out.update(re.findall(r'user_([^=\s]+)="([^"]*)"', value))
+    return out
+
+
+def client_problems(doc: dict) -> list[str]:
+    """Each client logs in as a user the broker knows, on a SASL listener."""
+    problems = []
+    services = doc["services"]
+    users = sasl_users(services.get("kafka", {}))
+    protocols = dict(
+        item.split(":", 1)
+        for item in environment(services.get("kafka", {}))
+        .get("KAFKA_LISTENER_SECURITY_PROTOCOL_MAP", "")
+        .split(",")
+        if ":" in item
+    )
+    advertised = listeners(environment(services.get("kafka", {})).get("KAFKA_ADVERTISED_LISTENERS", ""))
+    by_address = {f"{h}:{p}": name for name, (h, p) in advertised.items()}
+    for name, args in parsed(doc).items():
+        if args.command != "clients":
+            continue
+        env = environment(services[name])
+        user = env.get("PIDQUOTA_KAFKA_SASL_USERNAME")
+        if users.get(user) != env.get("PIDQUOTA_KAFKA_SASL_PASSWORD"):
+            problems.append(f"{name}: user {user!r} and its password are not the broker's ({sorted(users)})")
+        listener = by_address.get(KafkaUrl.parse(args.to).bootstrap)
+        protocol = env.get("PIDQUOTA_KAFKA_SECURITY_PROTOCOL")
+        if protocols.get(listener) != protocol or not (protocol or "").startswith("SASL_"):
+            problems.append(
+                f"{name}: {args.to} is listener {listener} ({protocols.get(listener)}), not {protocol}"
+            )
+    return problems
+
+
 CHECKS = [
     image_problems,
     environment_problems,
@@ -385,6 +481,8 @@ CHECKS = [
     dependency_problems,
     build_problems,
     volume_problems,
+    request_log_problems,
+    client_problems,
 ]
 
 
@@ -395,11 +493,19 @@ def test_compose_file_agrees_with_the_code(check):
 
 def test_the_stack_is_the_one_the_readme_describes():
     doc = compose()
-    assert {"kafka", "topics", "redis", "quotas", "traffic", "enforcer", "prometheus", "grafana"} <= set(
-        doc["services"]
-    )
+    assert {
+        "kafka",
+        "topics",
+        "redis",
+        "quotas",
+        "crash-loop",
+        "steady",
+        "enforcer",
+        "prometheus",
+        "grafana",
+    } <= set(doc["services"])
     commands = {name: args[0] for name, args in pidquota_commands(doc).items()}
-    assert commands == {"quotas": "configs", "traffic": "generate", "enforcer": "run"}
+    assert commands == {"quotas": "configs", "crash-loop": "clients", "steady": "clients", "enforcer": "run"}
 
 
 # -- every check can fail ---------------------------------------------------------------
@@ -452,47 +558,53 @@ BREAKAGES = [
         replace_arg("quotas", "--entity-default", "--entity-defaults"),
         "no --entity-defaults",
     ),
-    (command_problems, replace_arg("traffic", "generate", "produce"), "not a pidquota command"),
+    (command_problems, replace_arg("crash-loop", "clients", "produce"), "not a pidquota command"),
     (command_problems, replace_arg("quotas", "producer_ids_rate=200", "producer_id_rate=200"), "only quota"),
     (
         topic_problems,
-        replace_arg("enforcer", "kafka://kafka:9092/pidquota-events", "kafka://kafka:9092/events"),
+        replace_arg("enforcer", "kafka://kafka:9092/pidquota-decisions", "kafka://kafka:9092/decisions"),
         "no service creates",
     ),
-    (topic_problems, replace_arg("enforcer", "pidquota-metrics", "pidquota-metric"), "no service creates"),
     (
         topic_problems,
-        replace_arg("traffic", "kafka://kafka:9092/pidquota-events", "kafka://kafka:9092/pidquota-decisions"),
-        "the enforcer reads",
+        replace_arg("enforcer", "kafka://kafka:9092/pidquota-metrics", "kafka://kafka:9092/pidquota-metric"),
+        "no service creates",
     ),
     (
         topic_problems,
-        edit_shell("topics", "--topic pidquota-events", "--topic pidquota-evnts"),
+        replace_arg("steady", "kafka://kafka:9094/pidquota-traffic", "kafka://kafka:9094/traffic"),
+        "no service creates",
+    ),
+    (
+        topic_problems,
+        edit_shell("topics", "--topic pidquota-traffic", "--topic pidquota-trafic"),
         "no service creates",
     ),
     (
         address_problems,
-        replace_arg("enforcer", "kafka://kafka:9092/pidquota-events", "kafka://kafka:9093/pidquota-events"),
+        replace_arg("enforcer", "kafka://kafka:9092/pidquota-metrics", "kafka://kafka:9093/pidquota-metrics"),
         "not an advertised listener",
     ),
     (
         address_problems,
         replace_arg(
-            "enforcer", "kafka://kafka:9092/pidquota-events", "kafka://localhost:19092/pidquota-events"
+            "enforcer", "kafka://kafka:9092/pidquota-metrics", "kafka://localhost:19092/pidquota-metrics"
         ),
         "not an advertised listener",
     ),
     (
         address_problems,
-        replace_arg("traffic", "kafka://kafka:9092/pidquota-events", "kafka://broker:9092/pidquota-events"),
+        replace_arg(
+            "crash-loop", "kafka://kafka:9094/pidquota-traffic", "kafka://broker:9094/pidquota-traffic"
+        ),
         "not an advertised listener",
     ),
     (
         address_problems,
         edit_shell(
             "topics",
-            "--bootstrap-server kafka:9092 --create --if-not-exists --topic pidquota-events",
-            "--bootstrap-server localhost:9092 --create --if-not-exists --topic pidquota-events",
+            "--bootstrap-server kafka:9092 --create --if-not-exists --topic pidquota-traffic",
+            "--bootstrap-server localhost:9092 --create --if-not-exists --topic pidquota-traffic",
         ),
         "not advertised",
     ),
@@ -508,7 +620,7 @@ BREAKAGES = [
     ),
     (
         address_problems,
-        set_key("traffic", "depends_on", {"topics": {"condition": "service_completed_successfully"}}),
+        set_key("steady", "depends_on", {"redis": {"condition": "service_healthy"}}),
         "does not depend on it",
     ),
     (dependency_problems, set_key("enforcer", "depends_on.topics", None), "must wait for topics"),
@@ -530,6 +642,39 @@ BREAKAGES = [
     ),
     (image_problems, set_key("enforcer", "image", "pidquota:9.9.9"), "not pidquota:"),
     (volume_problems, replace_arg("enforcer", "/data/out", "/out"), "on no volume"),
+    (
+        request_log_problems,
+        replace_arg("enforcer", "/logs", "/var/log"),
+        "does not hold the kafka-request-log",
+    ),
+    (request_log_problems, replace_arg("enforcer", "kafka-request-log", "events"), "without --input-format"),
+    (
+        request_log_problems,
+        set_key("enforcer", "volumes", ["pidquota-data:/data", "kafka-data:/logs/kafka:ro"]),
+        "does not hold the kafka-request-log",
+    ),
+    (
+        request_log_problems,
+        set_key(
+            "kafka",
+            "volumes",
+            ["kafka-data:/var/lib/kafka/data", "kafka-request-log:/var/log/kafka-requests"],
+        ),
+        "no log4j.properties",
+    ),
+    (client_problems, set_key("steady", "environment.PIDQUOTA_KAFKA_SASL_PASSWORD", "x"), "not the broker's"),
+    (
+        client_problems,
+        set_key("crash-loop", "environment.PIDQUOTA_KAFKA_SASL_USERNAME", "crash"),
+        "not the broker's",
+    ),
+    (
+        client_problems,
+        replace_arg(
+            "crash-loop", "kafka://kafka:9094/pidquota-traffic", "kafka://kafka:9092/pidquota-traffic"
+        ),
+        "listener PLAINTEXT",
+    ),
     (volume_problems, set_key("enforcer", "volumes", ["pidquota-dat:/data"]), "not declared"),
     (
         volume_problems,
