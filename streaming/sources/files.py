@@ -128,6 +128,11 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._refresh()
 
     def latestOffset(self, start: dict, limit) -> dict:
+        if "follow" in start:
+            raise CorruptStateError(
+                "this checkpoint's file offsets are those of followed files (--follow); run with --follow, "
+                "or start over with --fresh (or another --output)"
+            )
         if stopping.requested(self.options):
             return start
         end = self._target if self._target is not None else self._refresh()

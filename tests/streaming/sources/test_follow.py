@@ -148,3 +148,12 @@ def test_a_replayed_batch_reads_the_same_bytes_after_a_roll(logs):
 def test_a_checkpoint_of_a_file_input_read_once_is_refused(logs):
     with pytest.raises(CorruptStateError, match="read once, not followed"):
         follower(logs).advance({"files": 3})
+
+
+def test_a_followed_checkpoint_is_refused_by_a_file_input_read_once(tmp_path):
+    from pidquota.streaming.sources.files import FileStreamReader
+
+    (tmp_path / "in").mkdir()
+    reader = FileStreamReader({"path": str(tmp_path / "in"), "ledger": str(tmp_path / "ck" / "l.jsonl")})
+    with pytest.raises(CorruptStateError, match="followed files"):
+        reader.latestOffset({"follow": {}, "parked": 0}, None)
