@@ -50,16 +50,17 @@ def run(args: argparse.Namespace) -> int:
     def make():
         return producer(options, client_id=f"pidquota-{args.behaviour}", linger_ms=0)
 
-    end, gap, total, pids = time.monotonic() + duration_s, 1 / args.rate, 0, set()
-    while time.monotonic() < end:
-        if args.behaviour == "crash-loop":
-            sent = clients.crash_loop(make, url.topic, 1, args.records, gap, key=b"crash-loop")
-        else:
-            batches = max(1, int(min(60.0, end - time.monotonic()) * args.rate))
-            sent = clients.steady(make, url.topic, batches, args.records, gap, key=b"steady")
-        total += sent.records
-        pids.update(sent.pids)
+    gap = 1 / args.rate
+    if args.behaviour == "steady":  # one producer, one PID, for the whole run
+        sent = clients.steady(make, url.topic, max(1, int(duration_s * args.rate)), args.records, gap)
+    else:
+        sent, end = clients.Sent(), time.monotonic() + duration_s
+        while time.monotonic() < end:
+            one = clients.crash_loop(make, url.topic, 1, args.records, gap)
+            sent.records += one.records
+            sent.pids += one.pids
     print(
-        f"pidquota: {args.behaviour} sent {total:,} records under {len(pids)} producer id(s)", file=sys.stderr
+        f"pidquota: {args.behaviour} sent {sent.records:,} records under {len(set(sent.pids))} producer id(s)",
+        file=sys.stderr,
     )
     return 0

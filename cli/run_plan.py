@@ -119,7 +119,8 @@ def _start_up_checks(
     notes, resumed = start_up_notes(args.input, checkpoint)
     for note in notes:
         print(f"pidquota: {note}", file=sys.stderr)
-    return reads, resumed
+    ckpt = local_path(checkpoint)  # followed files keep no file ledger: the offsets say it
+    return reads, resumed or (ckpt is not None and (ckpt / "offsets").is_dir())
 
 
 def _checkpoint_state_store(config, checkpoint: str):

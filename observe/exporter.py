@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from pidquota.conf.errors import ConfigError
 from pidquota.quota.user_state import UserState, finite
 from pidquota.streaming.reasons import REASON_CLASSES, reason_class
+from pidquota.streaming.request_log import NOT_A_REQUEST
 
 OTHER = "_other"
 # (name, help) of the per-user gauges, set from the user's latest metrics row.
@@ -171,11 +172,12 @@ class Exporter:
         )
         lag.set_function(self._lag)
         self.skipped = Counter(
-            "pidquota_input_lines_skipped",
-            "Input lines of no interest, by kind: the request log's other API keys, refused inits",
-            ["api_key"],
+            "pidquota_input_skipped",
+            "Input of no interest, by kind: the request log's other API keys, refused inits",
+            ["what"],
             registry=reg,
         )
+        self.skipped.labels(NOT_A_REQUEST)  # shows at 0 until input is skipped
         self.dead = Counter("pidquota_dead_letters", "Dead letters by reason class", ["reason"], registry=reg)
         for reason in REASON_CLASSES:
             self.dead.labels(reason)  # every class shows, at 0 until it happens
@@ -208,7 +210,7 @@ class Exporter:
                 self.dead.labels(reason).inc(int(n))
         skipped = frames.get("skipped")
         if skipped is not None and len(skipped):
-            for key, n in zip(skipped["api_key"], skipped["lines"], strict=True):
+            for key, n in zip(skipped["what"], skipped["count"], strict=True):
                 self.skipped.labels(str(key)).inc(int(n))
         if not len(metrics):
             return

@@ -63,7 +63,7 @@ METRIC_COLUMNS = (
     "mode",
 )
 DEAD_LETTER_COLUMNS = ("raw", "reason", "source")
-SKIPPED_COLUMNS = ("api_key", "lines")
+SKIPPED_COLUMNS = ("what", "count")
 
 # Each output: its name (folder, Kafka option), the row kind it takes, its columns.
 OUTPUTS = {

@@ -68,7 +68,7 @@ def _dead_letters(pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
             if rows:
                 yield _frame(rows)
     if skipped:
-        yield _frame([_row(kind=KIND_SKIPPED, api_key=k, lines=n) for k, n in sorted(skipped.items())])
+        yield _frame([_row(kind=KIND_SKIPPED, what=k, count=n) for k, n in sorted(skipped.items())])
 
 
 def unfold(pdf: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:

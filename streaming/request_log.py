@@ -65,6 +65,7 @@ _LINE = re.compile(
 )
 _TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2}),(\d{3})")
 _MAX_EPOCH = 32_767
+MAX_TIMESTAMP = 253_402_300_799_999  # 9999-12-31, as the JSON event's timestamp
 # Kafka's ApiKeys, by id (clients/src/main/java/org/apache/kafka/common/protocol/ApiKeys.java).
 _API_KEYS_TEXT = (
     "PRODUCE FETCH LIST_OFFSETS METADATA LEADER_AND_ISR STOP_REPLICA UPDATE_METADATA "
@@ -165,11 +166,16 @@ class Clock:
                 at = dt.datetime(y, mo, d, h, tzinfo=self.zone)
             except ValueError:
                 raise BadLine(f"bad time {text[:40]!r}: no such date") from None
+            if len(self._hours) > 10_000:  # garbage times must not grow the cache for ever
+                self._hours.clear()
             base = self._hours[hour] = int(at.timestamp()) * 1000
         minute, second, milli = int(m.group(5)), int(m.group(6)), int(m.group(7))
         if minute > 59 or second > 59:
             raise BadLine(f"bad time {text[:40]!r}: no such time")
-        return base + (minute * 60 + second) * 1000 + milli
+        ms = base + (minute * 60 + second) * 1000 + milli
+        if not 0 <= ms <= MAX_TIMESTAMP:
+            raise BadLine(f"bad time {text[:40]!r}: before 1970 or after 9999")
+        return ms
 
 
 def _dig(record: dict, path: str):
@@ -188,7 +194,7 @@ def unwrap(value: str, options: Options) -> tuple[str, str | None]:
         return value, None
     try:
         record = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise BadLine("a shipper's record that is not valid JSON (cut?)") from None
     if not isinstance(record, dict):
         raise BadLine("a shipper's record that is not a JSON object")
@@ -224,7 +230,7 @@ def _object(d: dict, name: str) -> dict:
 def parse_init(line: str, clock: Clock, max_principal: int) -> dict | None:
     """One INIT_PRODUCER_ID line: its event, or None when the init was refused.
     Raises :class:`BadLine` with the reason when the line cannot be read."""
-    m = _LINE.fullmatch(line.rstrip("\r"))
+    m = _LINE.fullmatch(line.rstrip("\r\n"))
     if m is None:
         if not line.startswith("["):
             raise BadLine("a request-log line must start with '[' and the time (log4j's [%d] %p %m (%c))")
@@ -232,8 +238,9 @@ def parse_init(line: str, clock: Clock, max_principal: int) -> dict | None:
     ts = clock.ms(m["time"])
     try:
         d = json.loads(m["json"])
-    except ValueError as exc:
-        raise BadLine(f"request-log JSON is not valid (cut or damaged): {exc.msg} at {exc.pos}") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5000-digit number, deep nesting
+        why = f"{exc.msg} at {exc.pos}" if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+        raise BadLine(f"request-log JSON is not valid (cut or damaged): {why}") from None
     if not isinstance(d, dict):
         raise BadLine("request-log JSON is not an object")
     response = _object(d, "response")
@@ -294,7 +301,8 @@ class RequestLogJudge:
             skipped[key_name(key)] += n
         unkeyed = np.flatnonzero(~found)
         if len(unkeyed):
-            marked = pc.match_substring(values.take(unkeyed), _MARK).to_numpy(zero_copy_only=False)
+            marked = pc.fill_null(pc.match_substring(values.take(unkeyed), _MARK), False)
+            marked = marked.to_numpy(zero_copy_only=False).astype(bool)  # a null record: not a request
             if not marked.all():
                 skipped[NOT_A_REQUEST] += int((~marked).sum())
             unkeyed = unkeyed[marked]

@@ -79,9 +79,9 @@ OUTPUT_SCHEMA = StructType(
         StructField("raw", StringType()),
         StructField("reason", StringType()),
         StructField("source", StringType()),
-        # Skipped input lines (the request log's other API keys): the kind, and how many.
-        StructField("api_key", StringType()),
-        StructField("lines", LongType()),
+        # Skipped input (the request log's other API keys, control batches): what, and how many.
+        StructField("what", StringType()),
+        StructField("count", LongType()),
     ]
 )
 OUTPUT_COLUMNS = tuple(f.name for f in OUTPUT_SCHEMA.fields)

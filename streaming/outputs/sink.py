@@ -40,7 +40,7 @@ class BatchTotals:
     skipped: Counter = field(default_factory=Counter)  # input lines of no interest, per kind
 
     def add_skipped(self, frame: pd.DataFrame) -> None:
-        for key, n in zip(frame["api_key"], frame["lines"], strict=True):
+        for key, n in zip(frame["what"], frame["count"], strict=True):
             self.skipped[str(key)] += int(n)
 
 

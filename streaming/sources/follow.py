@@ -24,8 +24,8 @@ the old one.
   offsets stay as small as the set of live files; ``K`` is how many ledger lines an
   offset relies on. A parked file that grows again comes back where it stopped.
 
-Latency: new lines are read at the next trigger (``pidquota.trigger.ms``) after they are
-complete.
+Latency: new lines are read at the next trigger (``pidquota.trigger.interval.ms``) after
+they are complete.
 """
 
 from __future__ import annotations
@@ -90,27 +90,38 @@ def _entries(offset: dict) -> dict[str, Followed]:
     return {k: Followed.from_json(v) for k, v in offset["follow"].items()}
 
 
-def _head(path: str, length: int) -> str:
-    with open(path, "rb") as f:
-        return hashlib.blake2b(f.read(length), digest_size=12).hexdigest()
+def _head(f, length: int) -> str:
+    """The fingerprint of an open file's first ``length`` bytes."""
+    f.seek(0)
+    return hashlib.blake2b(f.read(length), digest_size=12).hexdigest()
 
 
-def _complete_end(path: str, pos: int, size: int, quiet: bool) -> int:
-    """Just after the last ``\\n`` in bytes [pos, size) (``pos`` if none); ``size`` when the
-    file is quiet, so that a last line without a newline is read too."""
+def _complete_end(f, pos: int, size: int, quiet: bool) -> int:
+    """Just after the last ``\\n`` in bytes [pos, size) of an open file (``pos`` if none);
+    ``size`` when the file is quiet, so that a last line without a newline is read too."""
     if quiet or size <= pos:
         return max(pos, size)
-    with open(path, "rb") as f:
-        at = size
-        while at > pos:
-            begin = max(pos, at - (1 << 16))
-            f.seek(begin)
-            block = f.read(at - begin)
-            nl = block.rfind(b"\n")
-            if nl >= 0:
-                return begin + nl + 1
-            at = begin
+    at = size
+    while at > pos:
+        begin = max(pos, at - (1 << 16))
+        f.seek(begin)
+        block = f.read(at - begin)
+        nl = block.rfind(b"\n")
+        if nl >= 0:
+            return begin + nl + 1
+        at = begin
     return pos
+
+
+@dataclass
+class _Look:
+    """One listed file, opened: its identity and size, read through the same handle so that
+    a roll between the listing and the read cannot mix two files up."""
+
+    path: str
+    key: str
+    st: os.stat_result
+    f: object
 
 
 class Follower:
@@ -120,6 +131,19 @@ class Follower:
         self.root, self.ledger, self.clock = root, Path(ledger), clock
         self.parked: list[tuple[str, Followed]] = self._read_ledger()
         self._looked: dict[str, tuple[int, int]] = {}  # key -> (size, mtime_ns) when last fingerprinted
+
+    def _listed(self) -> list[str]:
+        """The files to follow, oldest first. A file named as the input is followed with the
+        files its roll renames it to (``kafka-request.log`` and ``kafka-request.log.*``)."""
+        root = Path(self.root)
+        if root.is_dir():
+            return [f.path for f in scan(root).files]
+        folder = root.parent
+        return [
+            f.path
+            for f in scan(folder).files
+            if Path(f.path).parent == folder and Path(f.path).name.startswith(root.name)
+        ]
 
     # -- the parked ledger -------------------------------------------------------------
     def _read_ledger(self) -> list[tuple[str, Followed]]:
@@ -152,6 +176,11 @@ class Follower:
         os.replace(tmp, self.ledger)
 
     def _parked_entry(self, key: str, upto: int) -> Followed | None:
+        if len(self.parked) < upto:
+            raise CorruptStateError(
+                f"the checkpoint's offsets rely on {upto} lines of {self.ledger}, which has {len(self.parked)}; "
+                "it was edited or lost. Start over with --fresh (or another --output)"
+            )
         for k, f in reversed(self.parked[:upto]):
             if k == key:
                 return f
@@ -164,27 +193,30 @@ class Follower:
         upto = int(start.get("parked", 0))
         now = self.clock()
         after: dict[str, Followed] = {}
-        for f in scan(self.root).files:
+        sizes: dict[str, os.stat_result] = {}
+        listed = self._listed()
+        missing = [locate(k, e.path) for k, e in before.items() if k not in {_key(p) for p in listed}]
+        for path in [*listed, *filter(None, missing)]:  # a file renamed since the listing is found
             try:
-                st = os.stat(f.path)
+                with open(path, "rb") as f:
+                    look = _Look(path, "", os.fstat(f.fileno()), f)
+                    look.key = f"{look.st.st_dev}:{look.st.st_ino}"
+                    if look.key in after:
+                        continue
+                    entry = self._advance_one(look, before.get(look.key), upto, now)
             except OSError:
-                continue  # gone since the listing: next time
-            key = f"{st.st_dev}:{st.st_ino}"
-            known = before.get(key) or self._parked_entry(key, upto)
-            entry = self._place(key, f.path, st, replace(known) if known else None)
-            quiet = now - st.st_mtime > QUIET_S
-            entry.pos = _complete_end(f.path, entry.pos, st.st_size, quiet)
-            after[key] = entry
+                continue  # gone or unreadable since the listing: next time
+            if entry is not None:
+                after[look.key], sizes[look.key] = entry, look.st
         for key, old in before.items():
             if key not in after:
-                log.warning("pidquota: %s is gone (deleted or moved out of %s)", old.path, self.root)
+                log.warning("pidquota: %s is gone (deleted, or moved out of %s)", old.path, self.root)
         parked = [
             (key, e)
             for key, e in after.items()
             if key in before
-            and (before[key].gen, before[key].pos) == (e.gen, e.pos)
-            and now - os.stat(e.path).st_mtime > PARK_AFTER_S
-            and os.stat(e.path).st_size == e.pos
+            and (before[key].gen, before[key].pos) == (e.gen, e.pos) == (e.gen, sizes[key].st_size)
+            and now - sizes[key].st_mtime > PARK_AFTER_S
         ]
         if parked:
             self._park(parked, upto)
@@ -192,10 +224,22 @@ class Follower:
                 del after[key]
         return {"follow": {k: e.to_json() for k, e in after.items()}, "parked": upto + len(parked)}
 
-    def _place(self, key: str, path: str, st: os.stat_result, known: Followed | None) -> Followed:
+    def _advance_one(self, look: _Look, known: Followed | None, upto: int, now: float) -> Followed | None:
+        """A listed file's entry in the next offset, or None while it stays parked."""
+        parked = None
+        if known is None:
+            parked = self._parked_entry(look.key, upto)
+            known = replace(parked) if parked else None
+        entry = self._place(look, known)
+        if parked is not None and (entry.gen, entry.pos) == (parked.gen, look.st.st_size):
+            return None  # parked and unchanged: it stays out of the offsets
+        entry.pos = _complete_end(look.f, entry.pos, look.st.st_size, now - look.st.st_mtime > QUIET_S)
+        return entry
+
+    def _place(self, look: _Look, known: Followed | None) -> Followed:
         """The file's entry: where it was, or a new generation from its start when it is new,
         was cut shorter than its position, or its inode now holds another file."""
-        size = st.st_size
+        size, path = look.st.st_size, look.path
         if known is not None and size < known.pos:
             log.warning(
                 "pidquota: %s was cut shorter (%d bytes, %d already read); reading it again from its start. "
@@ -204,16 +248,16 @@ class Follower:
                 size,
                 known.pos,
             )
-            return Followed(path, known.gen + 1, 0, min(size, HEAD_BYTES), _head(path, min(size, HEAD_BYTES)))
-        if known is not None and self._looked.get(key) != (size, st.st_mtime_ns):
-            self._looked[key] = (size, st.st_mtime_ns)
-            if _head(path, known.head_len) != known.head:  # another file under a reused inode
-                known = Followed(path, known.gen + 1, 0, 0, "")
+            known = Followed(path, known.gen + 1, 0, 0, _head(look.f, 0))
+        elif known is not None and self._looked.get(look.key) != (size, look.st.st_mtime_ns):
+            self._looked[look.key] = (size, look.st.st_mtime_ns)
+            if _head(look.f, known.head_len) != known.head:  # another file under a reused inode
+                known = Followed(path, known.gen + 1, 0, 0, _head(look.f, 0))
         if known is None:
-            known = Followed(path, 0, 0, 0, _head(path, 0))
+            known = Followed(path, 0, 0, 0, _head(look.f, 0))
         if known.head_len < HEAD_BYTES and size > known.head_len:
             known.head_len = min(size, HEAD_BYTES)
-            known.head = _head(path, known.head_len)
+            known.head = _head(look.f, known.head_len)
         known.path = path
         return known
 
@@ -230,24 +274,23 @@ class Follower:
         return out
 
 
+def _key(path: str) -> str | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return f"{st.st_dev}:{st.st_ino}"
+
+
 def locate(chunk_key: str, path: str) -> str | None:
     """Where the file known as ``chunk_key`` is now: ``path``, or the file with that identity
-    in the same folder (renamed by a roll since the batch was planned)."""
-
-    def key_of(p) -> str | None:
-        try:
-            st = os.stat(p)
-        except OSError:
-            return None
-        return f"{st.st_dev}:{st.st_ino}"
-
-    if key_of(path) == chunk_key:
+    in the same folder (renamed by a roll since it was listed or planned)."""
+    if _key(path) == chunk_key:
         return path
     try:
-        names = os.listdir(Path(path).parent)
+        names = sorted(os.listdir(Path(path).parent))
     except OSError:
         return None
     return next(
-        (str(Path(path).parent / n) for n in sorted(names) if key_of(Path(path).parent / n) == chunk_key),
-        None,
+        (str(Path(path).parent / n) for n in names if _key(str(Path(path).parent / n)) == chunk_key), None
     )

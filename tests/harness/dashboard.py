@@ -35,7 +35,7 @@ QUERY_METRICS = (
     "pidquota_last_batch_id",
     "pidquota_event_time_lag_seconds",
     "pidquota_dead_letters_total",
-    "pidquota_input_lines_skipped_total",
+    "pidquota_input_skipped_total",
     "pidquota_quota_stale",
     "pidquota_failed_publishes_total",
     "pidquota_prometheus_users",

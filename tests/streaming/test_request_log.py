@@ -191,3 +191,24 @@ def test_the_generator_writes_the_log_of_its_events():
     out = judge(lines)
     assert [e["producer_id"] for e in out.events] == [0, 1, 2]
     assert out.skipped == {"PRODUCE": 9, "FETCH": 72, "METADATA": 18}
+
+
+def test_null_records_and_hostile_json_never_fail_the_screen():
+    values = pa.array([None, init().encode(), None], pa.binary())
+    out = RequestLogJudge(Options(), 256).judge(values, [None] * 3, [None] * 3)
+    assert len(out.events) == 1 and out.skipped == {NOT_A_REQUEST: 2}
+    deep = init().replace('"request":{', '"request":' + "[" * 100_000 + "{", 1)
+    huge = init().replace('"producerId":4000', '"producerId":' + "9" * 5000, 1)
+    ancient = init(ms=0).replace("1970-01-01 00:00:00,000", "1969-12-31 23:59:59,000")
+    out = judge([deep, huge, ancient])
+    assert [d["reason"] for d in out.dead] == [
+        "request-log JSON is not valid (cut or damaged): RecursionError",
+        "request-log JSON is not valid (cut or damaged): ValueError",
+        "bad time '1969-12-31 23:59:59,000': before 1970 or after 9999",
+    ]
+
+
+def test_a_docker_json_log_line_ends_in_a_newline():
+    record = json.dumps({"log": init() + "\n", "stream": "stdout", "time": "2026-01-01T00:00:00Z"})
+    (event,) = judge([record]).events
+    assert event["producer_id"] == 4000

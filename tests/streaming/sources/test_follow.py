@@ -157,3 +157,64 @@ def test_a_followed_checkpoint_is_refused_by_a_file_input_read_once(tmp_path):
     reader = FileStreamReader({"path": str(tmp_path / "in"), "ledger": str(tmp_path / "ck" / "l.jsonl")})
     with pytest.raises(CorruptStateError, match="followed files"):
         reader.latestOffset({"follow": {}, "parked": 0}, None)
+
+
+def test_a_parked_file_stays_parked_while_it_does_not_change(logs):
+    old = logs / "kafka-request.log.2026-11-24-12"
+    old.write_bytes(b"x\n")
+    os.utime(old, (1_000, 1_000))
+    f = follower(logs)
+    off = follow.initial()
+    for _ in range(2):
+        off, _ = step(f, off)
+    assert off == {"follow": {}, "parked": 1}
+    for _ in range(3):  # the offsets and the ledger no longer change: no empty batches
+        again, got = step(f, off)
+        assert again == off and got == {}
+    assert len((logs.parent / "ck" / follow.LEDGER).read_text().splitlines()) == 1
+
+
+def test_a_file_renamed_between_the_listing_and_the_read_is_not_read_again(logs, monkeypatch):
+    live = logs / "kafka-request.log"
+    live.write_bytes(b"1\n")
+    f = follower(logs)
+    off, _ = step(f, follow.initial())
+    with live.open("ab") as w:
+        w.write(b"2\n")
+    listing = [str(live)]
+    monkeypatch.setattr(f, "_listed", lambda: listing)  # the listing of before the roll
+    live.rename(logs / "kafka-request.log.1")
+    off, got = step(f, off)
+    assert got == {"kafka-request.log.1": b"2\n"}
+    monkeypatch.undo()
+    live.write_bytes(b"3\n")
+    off, got = step(f, off)
+    assert got == {"kafka-request.log": b"3\n"}
+
+
+def test_a_file_named_as_the_input_is_followed_through_its_rolls(logs):
+    live = logs / "kafka-request.log"
+    live.write_bytes(b"1\n")
+    (logs / "other.log").write_bytes(b"no\n")
+    f = follow.Follower(str(live), logs.parent / "ck" / follow.LEDGER)
+    off, got = step(f, follow.initial())
+    assert got == {"kafka-request.log": b"1\n"}
+    with live.open("ab") as w:
+        w.write(b"2\n")
+    live.rename(logs / "kafka-request.log.2026-11-24-13")
+    live.write_bytes(b"3\n")
+    off, got = step(f, off)
+    assert got == {"kafka-request.log.2026-11-24-13": b"2\n", "kafka-request.log": b"3\n"}
+
+
+def test_a_lost_follow_ledger_is_named(logs):
+    old = logs / "r.log.1"
+    old.write_bytes(b"x\n")
+    os.utime(old, (1_000, 1_000))
+    f = follower(logs)
+    off = follow.initial()
+    for _ in range(2):
+        off, _ = step(f, off)
+    (logs.parent / "ck" / follow.LEDGER).unlink()
+    with pytest.raises(CorruptStateError, match="rely on 1 lines"):
+        follower(logs).advance(off)

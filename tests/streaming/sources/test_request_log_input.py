@@ -62,7 +62,7 @@ def test_broker_logs_in_files_decide_as_the_json_events_of_their_inits(make_enfo
     got = runner._run(runner._files(0))
 
     assert _decided(got["decisions"]) == _decided(expected["decisions"])
-    skipped = dict(zip(got["skipped"]["api_key"], got["skipped"]["lines"], strict=True))
+    skipped = dict(zip(got["skipped"]["what"], got["skipped"]["count"], strict=True))
     assert skipped == {"FETCH": 9 * len(inits), REFUSED: 1}
     dead = got["dead-letters"]
     assert sorted(dead["reason"].str.split(":").str[0]) == [
@@ -76,7 +76,7 @@ def test_a_json_event_file_read_as_a_request_log_is_counted_not_decided(make_enf
     runner = make_enforcer(tmp_path, QUOTAS, **FORMAT)
     out = runner.run(_events(_inits()))
     assert out["decisions"].empty and out["dead-letters"].empty
-    assert dict(zip(out["skipped"]["api_key"], out["skipped"]["lines"], strict=True)) == {NOT_A_REQUEST: 67}
+    assert dict(zip(out["skipped"]["what"], out["skipped"]["count"], strict=True)) == {NOT_A_REQUEST: 67}
 
 
 @pytest.mark.parametrize("shape", ["raw", "filebeat"])
