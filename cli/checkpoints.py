@@ -209,6 +209,32 @@ def sniff_offsets(ckpt: Path) -> Source | None:
     return None
 
 
+def check_reading(checkpoint: str, input_format: str, follow: bool) -> None:
+    """Refuse a checkpoint whose input was read in another format, or followed where it is
+    not now (or the other way round): its offsets would be misread, or its lines misjudged.
+    A checkpoint from before the marker recorded it read JSON events, not followed."""
+    ckpt = local_path(checkpoint)
+    if ckpt is None or not ckpt.is_dir() or not has_progress(ckpt):
+        return
+    try:
+        marker = json.loads((ckpt / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        marker = {}
+    if not isinstance(marker, dict):
+        marker = {}
+    was = (marker.get("input_format", "events"), bool(marker.get("follow", False)))
+    if was == (input_format, follow):
+        return
+
+    def flags(fmt: str, followed: bool) -> str:
+        return f"--input-format {fmt}" + (" --follow" if followed else " --no-follow")
+
+    raise ConfigError(
+        f"the checkpoint {checkpoint} reads its input with {flags(*was)}, not {flags(input_format, follow)}; "
+        f"run with {flags(*was)} again, or start over with --fresh (or another --output)"
+    )
+
+
 def check_state_layout(checkpoint: str, buckets: int, store: str, store_given: bool) -> str:
     """Refuse a checkpoint whose state was grouped otherwise (``pidquota.state.buckets``): its
     principals' state would be looked for in the wrong groups, or not be pidquota's layout.
@@ -251,8 +277,10 @@ def write_marker(
     buckets: int | None = None,
     store: str | None = None,
     replay_until: int | None = None,
+    reading: tuple[str, bool] | None = None,
 ) -> None:
-    """Record the source, the state's grouping, its store and the replay time in
+    """Record the source, the state's grouping, its store, the replay time and how the input
+    is read (``reading``: its format, and whether files are followed) in
     ``CHECKPOINT/pidquota-source.json`` (a remote checkpoint: skipped)."""
     ckpt = local_path(checkpoint)
     if ckpt is None:
@@ -268,6 +296,8 @@ def write_marker(
             marker_json["state_store"] = store
         if replay_until is not None:
             marker_json["replay_until_ms"] = replay_until
+        if reading is not None:
+            marker_json["input_format"], marker_json["follow"] = reading
         tmp.write_text(json.dumps(marker_json) + "\n", encoding="utf-8")
         os.replace(tmp, marker)
     except OSError as exc:

@@ -29,9 +29,9 @@ def add_input_flags(p, follow: bool = False) -> None:
     """``--input-format`` (and ``--follow``/``--no-follow`` for a long-running input)."""
     p.add_argument(
         "--input-format",
-        choices=("events", "kafka-request-log"),
-        help="what the input's lines are: pidquota's JSON events, or brokers' request-log lines "
-        "(default: pidquota.input.format, events)",
+        choices=("events", "kafka-request-log", "record-batches"),
+        help="what the input is: pidquota's JSON events, brokers' request-log lines, or (Kafka only) "
+        "the record batch headers of data topics, the log audit (default: pidquota.input.format, events)",
     )
     if follow:
         p.add_argument(

@@ -20,7 +20,7 @@ from pidquota.traffic.request_log import RequestLog
 def add_parser(sub) -> argparse.ArgumentParser:
     gen = sub.add_parser(
         "generate",
-        help="write realistic produce-request events",
+        help="write realistic produce-request events, or the brokers' request log of them",
         description="Simulate a Kafka cluster's producers (KIP-730 PID blocks, KIP-360 epochs, rogue "
         "clients) and write their produce-request events as JSON lines.",
     )
@@ -96,7 +96,9 @@ def run(args: argparse.Namespace) -> int:
     summary = {"events": count, "seed": args.seed, "duration_ms": duration, **gen.summary()}
     summary_path = Path(args.summary) if args.summary else None
     if summary_path is None and args.output:
-        summary_path = Path(args.output).with_name(Path(args.output).name + ".summary.json")
+        # A request log's summary is hidden: its name would pass for a rolled log, and be read.
+        hidden = "." if args.format == "kafka-request-log" else ""
+        summary_path = Path(args.output).with_name(hidden + Path(args.output).name + ".summary.json")
     if summary_path is not None:
         summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     secs = time.monotonic() - wall0

@@ -15,6 +15,7 @@ from pidquota.conf.durations import EXAMPLES, parse_duration_ms
 from pidquota.conf.errors import PidquotaError
 from pidquota.quota import QuotaSettings
 from pidquota.store.kafka import KafkaUrl
+from pidquota.streaming.columns import NOT_A_REQUEST
 
 DEMO_SPEED = 60.0
 
@@ -150,7 +151,8 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
         return signals.exit_code
     # once Java is there: a failed start leaves no trace
     buckets, store = config["pidquota.state.buckets"], config["pidquota.state.store"]
-    checkpoints.write_marker(checkpoint, plan.reads, buckets, store, plan.replay_ms)
+    reading = run_plan.reading(config, plan.reads)
+    checkpoints.write_marker(checkpoint, plan.reads, buckets, store, plan.replay_ms, reading)
     lines = _lines(spark, args, config, plan.kafka_input, checkpoint, speed, str(signals.flag))
     print(run_plan.banner(args, config, checkpoint, speed, plan.replay_ms))
     table = _table(args, config)
@@ -206,6 +208,12 @@ def _say_end(args: argparse.Namespace, plan: run_plan.Plan, totals, summary) -> 
         print(f"pidquota: this run's users{shadow}:\n" + summary.render())
     elif totals.batches:
         print(f"pidquota: who was throttled{shadow}: pidquota report {args.output}")
+    if totals.skipped and set(totals.skipped) == {NOT_A_REQUEST} and not totals.rows["decisions"]:
+        print(
+            f"pidquota: warning: none of the {totals.skipped[NOT_A_REQUEST]:,} lines read is a Kafka request-log "
+            "line; is --input-format right? (JSON events are --input-format events)",
+            file=sys.stderr,
+        )
     if totals.skipped:
         top = ", ".join(f"{k} {n:,}" for k, n in totals.skipped.most_common(4))
         more = " ..." if len(totals.skipped) > 4 else ""

@@ -70,6 +70,13 @@ def plan(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> Plan:
     )
 
 
+def reading(config, reads: checkpoints.Source) -> tuple[str, bool]:
+    """How the input is read: its format, and whether its files are followed."""
+    from pidquota.streaming.sources.follow import follows
+
+    return config["pidquota.input.format"], reads.kind == "file" and follows(config)
+
+
 def run_overrides(args: argparse.Namespace) -> dict[str, str]:
     """``--set`` plus the flags that are shorthands for settings."""
     overrides = {**parse_overrides(args.set), **input_overrides(args)}
@@ -110,6 +117,7 @@ def _start_up_checks(
     if args.fresh:
         output_folder.fresh(out, checkpoint)
     checkpoints.check_checkpoint(checkpoint, reads, out)
+    checkpoints.check_reading(checkpoint, *reading(config, reads))
     checkpoints.check_output_batches(checkpoint, out)
     if reads.kind != "file":
         ckpt = local_path(checkpoint)

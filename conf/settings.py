@@ -117,10 +117,21 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "events",
         "pidquota's own JSON event is what the demo, the generator and every earlier run read.",
-        "What an input's lines are: `events` (one JSON event per line) or `kafka-request-log` "
+        "What the input is: `events` (one JSON event per line), `kafka-request-log` "
         "(brokers' request-log lines with kafka.request.logger at DEBUG, raw or in a log "
-        "shipper's JSON; docs/real-cluster.md). Same as --input-format.",
-        choices=("events", "kafka-request-log"),
+        "shipper's JSON), or `record-batches` (the log audit: the record batch headers of "
+        "data topics, no broker change; Kafka inputs only). docs/real-cluster.md. Same as "
+        "--input-format.",
+        choices=("events", "kafka-request-log", "record-batches"),
+    ),
+    Setting(
+        "pidquota.audit.owners",
+        str,
+        "",
+        "Empty: every topic is its own principal, Topic:<name>, until an owner is given.",
+        'With --input-format record-batches, who owns each topic: a JSON file {"topics": '
+        '{"orders": "User:alice", "pay-*": "User:bob"}} (a key ending in * is a prefix), or '
+        "`redis`: the hash {PREFIX}:topic-owners in pidquota.redis.url. Read at start-up.",
     ),
     Setting(
         "pidquota.input.follow",

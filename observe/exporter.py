@@ -27,8 +27,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from pidquota.conf.errors import ConfigError
 from pidquota.quota.user_state import UserState, finite
+from pidquota.streaming.columns import NOT_A_REQUEST
 from pidquota.streaming.reasons import REASON_CLASSES, reason_class
-from pidquota.streaming.request_log import NOT_A_REQUEST
 
 OTHER = "_other"
 # (name, help) of the per-user gauges, set from the user's latest metrics row.

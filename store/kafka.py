@@ -21,7 +21,7 @@ CLIENT_OPTIONS = {
 }
 SECRET_OPTIONS = {"kafka.sasl.password"}
 DEFAULT_PORT = 9092  # Kafka's: a broker address without a port means this one
-URL_FORM = f"kafka://HOST[:PORT][,HOST[:PORT]...]/TOPIC (PORT defaults to {DEFAULT_PORT})"
+URL_FORM = f"kafka://HOST[:PORT][,HOST[:PORT]...]/TOPIC[,TOPIC...] (PORT defaults to {DEFAULT_PORT})"
 
 
 class KafkaError(PidquotaError):
@@ -42,7 +42,7 @@ class KafkaUrl:
                 f"{shown!r}: a Kafka URL takes no user or password; set pidquota.kafka.sasl.username "
                 "and PIDQUOTA_KAFKA_SASL_PASSWORD instead"
             )
-        m = re.match(r"^kafka://([^/]+)/([A-Za-z0-9._-]+)$", url)
+        m = re.match(r"^kafka://([^/]+)/([A-Za-z0-9._*-]+(?:,[A-Za-z0-9._*-]+)*)$", url)
         if not m:
             raise ConfigError(f"{shown!r} is not a Kafka URL; use {URL_FORM}")
         try:
@@ -201,8 +201,11 @@ def consumer(options: dict, **extra):
 
 
 def check_topic(options: dict, topic: str, timeout_ms: int) -> None:
-    """At start-up: the cluster answers within ``timeout_ms`` and has ``topic``; else a KafkaError
-    naming the brokers (HOST:PORT)."""
+    """At start-up: the cluster answers within ``timeout_ms`` and has ``topic`` (each of a
+    comma-separated list; a pattern with ``*`` must match one); else a KafkaError naming the
+    brokers (HOST:PORT)."""
+    import fnmatch
+
     from kafka import KafkaConsumer
 
     bounded = "bootstrap_timeout_ms"  # kafka-python < 3 has no such option; this one bounds it there
@@ -210,7 +213,7 @@ def check_topic(options: dict, topic: str, timeout_ms: int) -> None:
         bounded = "api_version_auto_timeout_ms"
     probe = consumer(options, request_timeout_ms=timeout_ms, **{bounded: timeout_ms})
     try:
-        found = probe.partitions_for_topic(topic)
+        existing = probe.topics()
     except Exception as exc:  # kafka-python raises several kinds here
         raise KafkaError(
             f"cannot list the topics of Kafka at {options['kafka.bootstrap.servers']} within "
@@ -218,8 +221,10 @@ def check_topic(options: dict, topic: str, timeout_ms: int) -> None:
         ) from None
     finally:
         probe.close()
-    if not found:
-        raise KafkaError(f"topic {topic!r} does not exist on {options['kafka.bootstrap.servers']}")
+    for name in topic.split(","):
+        if not any(fnmatch.fnmatchcase(t, name) for t in existing if not t.startswith("__") or t == name):
+            what = "no topic matches" if "*" in name else "topic"
+            raise KafkaError(f"{what} {name!r} does not exist on {options['kafka.bootstrap.servers']}")
 
 
 def output_options(config, input_url: str | None) -> dict | None:
@@ -234,6 +239,8 @@ def output_options(config, input_url: str | None) -> dict | None:
         return None
     bootstrap = None
     for key, value in topics.items():
+        if any(c in value for c in ",*"):
+            raise PidquotaError(f"{key} {value!r}: an output topic is one topic, without ',' or '*'")
         if value.startswith("kafka://"):
             url = KafkaUrl.parse(value)
             if bootstrap not in (None, url.bootstrap):

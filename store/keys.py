@@ -15,6 +15,7 @@ transaction (which may only touch one slot) is valid on a cluster too:
 ``{P}:fence:<query id>``             hash: ``generation`` and ``batch`` of the writer
 ``{P}:shadow:users:<name>``, ...     the same three, published by a run in shadow mode
 ``{P}:pid-blocks:*``                 the traffic generator's KIP-730 block store
+``{P}:topic-owners``                 hash: topic (or ``PREFIX*``) -> principal, for the log audit
 ==================================== ===================================================
 
 Entity names are sanitised the way Kafka's ``Sanitizer`` does for ZooKeeper
@@ -90,6 +91,11 @@ class Keys:
     def fence(self, query_id: str) -> str:
         """The writer generation and last batch of a query (KIP-447-style fencing)."""
         return f"{self.published}:fence:{sanitize(query_id)}"
+
+    @property
+    def topic_owners(self) -> str:
+        """Hash: topic (or ``PREFIX*``) -> principal, for the log audit (``store/owners.py``)."""
+        return f"{self.tag}:topic-owners"
 
     @property
     def pid_blocks(self) -> str:

@@ -64,6 +64,7 @@ METRIC_COLUMNS = (
 )
 DEAD_LETTER_COLUMNS = ("raw", "reason", "source")
 SKIPPED_COLUMNS = ("what", "count")
+NOT_A_REQUEST = "not-a-request"  # skipped: a line that is no request-log line (streaming/request_log.py)
 
 # Each output: its name (folder, Kafka option), the row kind it takes, its columns.
 OUTPUTS = {

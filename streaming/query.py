@@ -37,17 +37,24 @@ COMPACT_COLUMNS = ("principal", "producer_id", "timestamps", "epochs", "dead")
 def input_format(config: Config) -> dict[str, str]:
     """The sources' options for ``pidquota.input.format``: none for JSON events, the
     request log's settings for ``kafka-request-log`` (``streaming/request_log.py``)."""
+    from pidquota.streaming import log_audit
     from pidquota.streaming.request_log import FORMAT, Options
 
-    if config["pidquota.input.format"] != FORMAT:
+    fmt = config["pidquota.input.format"]
+    if fmt == log_audit.FORMAT:
+        from pidquota.store.owners import load_owners
+
+        return {"inputFormat": fmt, log_audit.OPTION: load_owners(config).to_json()}
+    if fmt != FORMAT:
         return {}
     return Options.from_config(config).to_source()
 
 
 def follows(config: Config) -> bool:
     """Whether a file input is followed as it grows (``pidquota.input.follow``)."""
-    value = config["pidquota.input.follow"]
-    return value == "true" or (value == "auto" and bool(input_format(config)))
+    from pidquota.streaming.sources.follow import follows as following
+
+    return following(config)
 
 
 def _needs_screen(fmt: dict | None, screen: int) -> None:
@@ -73,6 +80,11 @@ def file_source(
     itself (``streaming/screen.py``), for :func:`enforcer`; ``fmt``: the input format's
     options (:func:`input_format`); ``follow``: read the new lines of growing files."""
     _needs_screen(fmt, screen)
+    if (fmt or {}).get("inputFormat") == "record-batches":
+        raise ConfigError(
+            f"--input-format record-batches reads the record batches of Kafka topics; {path!r} is a file "
+            "input: give --input kafka://HOST[:PORT]/TOPIC[,TOPIC...]"
+        )
     from pidquota.streaming.sources.files import FilesDataSource
     from pidquota.streaming.sources.listing import LEDGER, check_input
 

@@ -52,11 +52,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pidquota.streaming.columns import NOT_A_REQUEST
 from pidquota.streaming.screen import FOLDED, as_binary, fold, folded_batch, judged_batch
 
 FORMAT = "kafka-request-log"
 INIT_PRODUCER_ID = 22
-NOT_A_REQUEST = "not-a-request"  # a line without "Completed request:" (another logger, a blank line)
 REFUSED = "INIT_PRODUCER_ID refused"
 _KEY = r'requestApiKey\\?"\s*:\s*(?P<key>[0-9]{1,6})'
 _MARK = "Completed request:"

@@ -77,6 +77,12 @@ class Chunk:
     end: int
 
 
+def follows(config) -> bool:
+    """Whether a file input is followed (``pidquota.input.follow``; ``auto``: for the request log)."""
+    value = config["pidquota.input.follow"]
+    return value == "true" or (value == "auto" and config["pidquota.input.format"] == "kafka-request-log")
+
+
 def initial() -> dict:
     return {"follow": {}, "parked": 0}
 

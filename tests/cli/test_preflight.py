@@ -438,3 +438,27 @@ def test_pidquota_run_refuses_another_checkpoints_output_and_fresh_clears_it(tmp
     assert "another checkpoint" in err and (tmp_path / "out" / "decisions").is_dir()
     assert main([*run, "--fresh"]) != 0 and "Spark would start here" in capsys.readouterr().err
     assert not (tmp_path / "out" / "decisions").exists()
+
+
+def test_a_checkpoint_refuses_another_input_format_or_follow_setting(tmp_path):
+    out = tmp_path / "out"
+    marker = {"kind": "file", "input": "/logs", "input_format": "kafka-request-log", "follow": True}
+    ckpt = str(checkpoint(out / "_checkpoint", FILE_OFFSETS, marker=marker))
+    checkpoints.check_reading(ckpt, "kafka-request-log", True)  # the same: no error
+    for fmt, follow in (("events", True), ("events", False), ("kafka-request-log", False)):
+        with pytest.raises(ConfigError) as e:
+            checkpoints.check_reading(ckpt, fmt, follow)
+        assert str(e.value).startswith(
+            f"the checkpoint {ckpt} reads its input with --input-format kafka-request-log --follow, not"
+        )
+        assert "run with --input-format kafka-request-log --follow again, or start over with --fresh" in str(
+            e.value
+        )
+    old = str(
+        checkpoint(tmp_path / "old" / "_checkpoint", FILE_OFFSETS, marker={"kind": "file", "input": "/a"})
+    )
+    checkpoints.check_reading(old, "events", False)  # before the marker said: JSON events, read once
+    with pytest.raises(
+        ConfigError, match="--input-format events --no-follow, not --input-format kafka-request-log"
+    ):
+        checkpoints.check_reading(old, "kafka-request-log", True)

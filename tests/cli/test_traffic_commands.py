@@ -71,6 +71,7 @@ def test_generate_writes_the_request_log_of_its_traffic(tmp_path, capsys):
     ]
     assert main(args) == 0
     assert "request-log lines" in capsys.readouterr().err
+    assert (tmp_path / ".kafka-request.log.summary.json").exists()  # hidden: not read as a rolled log
     lines = log.read_text().splitlines()
     judged = RequestLogJudge(Options(), 256).judge(
         pa.array([x.encode() for x in lines]), [None] * len(lines), [None] * len(lines)

@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from pidquota.store.kafka import KafkaError
 from pidquota.streaming.sources.kafka.connection import MAX_RESPONSE, Connection, lease
-from pidquota.streaming.sources.kafka.records import arrow_batches, decode_rows, walk
+from pidquota.streaming.sources.kafka.records import arrow_batches, batch_headers, decode_rows, walk
 
 log = logging.getLogger("pidquota.kafka")
 FETCH_BYTES = 8 << 20  # max bytes asked per Fetch (grown when one batch is larger)
@@ -62,14 +62,32 @@ class _Range:
         return f"{self.tp.topic}-{self.tp.partition}"
 
 
-def read_range(part, lost: Callable[[str, dict], None]) -> Iterator[pa.RecordBatch]:
+def _rows(batches, at: _Range) -> Iterator[pa.RecordBatch]:
+    """The records of a walked response, decoded: the source's line rows."""
+    return arrow_batches(decode_rows(batches, at.name), at.tp.topic, at.tp.partition)
+
+
+def _headers(batches, at: _Range) -> Iterator[pa.RecordBatch]:
+    """The batch headers of a walked response alone (the log audit), with the topic-partition."""
+    headers = batch_headers(batches)
+    if headers.num_rows:
+        n = headers.num_rows
+        topic = pa.repeat(pa.scalar(at.tp.topic, pa.string()), n)
+        part = pa.repeat(pa.scalar(at.tp.partition, pa.int32()), n)
+        yield headers.append_column("kafka_topic", topic).append_column("kafka_partition", part)
+
+
+def read_range(
+    part, lost: Callable[[str, dict], None], headers_only: bool = False
+) -> Iterator[pa.RecordBatch]:
     """Read ``part`` (a ``KafkaRange``: topic, partition, start, end, options) as
     Arrow batches, exactly the records with start <= offset < end, in order.
 
     Offsets deleted before they were read (retention) and a partition that
     disappeared are reported to ``lost(what, options)``, which raises unless
     failOnDataLoss is false; then the gap is skipped. A broker that gives no
-    data for ``fetchTimeoutMs`` fails the read.
+    data for ``fetchTimeoutMs`` fails the read. ``headers_only``: one row per record batch
+    from its header (``records.HEADERS`` plus the topic-partition), for the log audit.
     """
     from kafka import TopicPartition
 
@@ -88,7 +106,7 @@ def read_range(part, lost: Callable[[str, dict], None]) -> Iterator[pa.RecordBat
             if batches.next_offset > at.pos:
                 at.pos, at.deadline = batches.next_offset, time.monotonic() + at.timeout_s
                 _send_ahead(conn, at)  # the next Fetch is served while these rows are decoded
-                yield from arrow_batches(decode_rows(batches, at.name), at.tp.topic, at.tp.partition)
+                yield from (_headers if headers_only else _rows)(batches, at)
             elif records and not batches.complete_batches:
                 at.max_bytes = min(2 * at.max_bytes, MAX_RESPONSE)  # one batch larger than the fetch
             else:

@@ -129,6 +129,45 @@ def walk(records: bytes, start: int, end: int) -> Walk:
     return out
 
 
+HEADERS = pa.schema(
+    [
+        ("producer_id", pa.int64()),
+        ("producer_epoch", pa.int32()),
+        ("timestamp", pa.int64()),  # the batch's maxTimestamp: its last record's (or append) time
+        ("attributes", pa.int16()),
+        ("magic", pa.int8()),
+        ("kafka_offset", pa.int64()),  # the batch's base offset
+        ("records", pa.int32()),
+    ]
+)
+CONTROL, TRANSACTIONAL = 0x20, 0x10  # attribute bits
+
+
+def batch_headers(batches: Walk) -> pa.RecordBatch:
+    """One row per complete batch whose base offset is in [start, end) of a walked Fetch
+    response, read from its 61-byte header alone: no record is decoded and nothing is
+    decompressed. Control batches are rows too (``attributes`` says so). A legacy message
+    set (magic 0 or 1) has no producer id: -1."""
+    records, start, end = batches.records, batches.start, batches.end
+    rows, pos, size = [], 0, len(records)
+    while pos + 17 <= size:
+        base, length, _, magic = struct.unpack_from(">qiib", records, pos)
+        stop = pos + 12 + length
+        if stop > size or (magic >= 2 and base >= end):
+            break
+        if start <= base < end:
+            if magic >= 2 and pos + _HEADER.size <= stop:
+                _, _, _, _, _, attrs, _, _, max_ts, pid, epoch, _, count = _HEADER.unpack_from(records, pos)
+                rows.append((pid, epoch, max_ts, attrs, magic, base, count))
+            else:
+                rows.append((-1, -1, -1, 0, magic, base, 1))
+        pos = stop
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(HEADERS)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(c, f.type) for c, f in zip(columns, HEADERS, strict=True)], schema=HEADERS
+    )
+
+
 def decode_rows(batches: Walk, where: str = "") -> Decoded:
     """The rows with start <= offset < end of the walked batches; ``where`` names the
     topic-partition in errors."""

@@ -12,6 +12,7 @@ The driver asks both on one consumer that lives as long as the reader.
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import time
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from pidquota.store.kafka import KafkaError, consumer, normalized, parse_starting_offsets, safe_options
-from pidquota.streaming import stopping
+from pidquota.streaming import log_audit, stopping
 from pidquota.streaming.screen import screen_limit, screened_schema
 from pidquota.streaming.sources.formats import screened_lines
 from pidquota.streaming.sources.kafka.records import ARROW, SCHEMA
@@ -107,11 +108,23 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._client = _driver_client(self.options)
         return self._client
 
+    def _topic_names(self) -> list[str]:
+        """The topics read: those named, and those matching a pattern (``orders-*``), listed
+        again at every trigger so that a new matching topic is read from its beginning."""
+        names = [t for t in self.topics if "*" not in t]
+        patterns = [t for t in self.topics if "*" in t]
+        if patterns:
+            existing = sorted(t for t in self.client.topics() if not t.startswith("__"))
+            names += [
+                t for t in existing if t not in names and any(fnmatch.fnmatchcase(t, p) for p in patterns)
+            ]
+        return names
+
     def _partitions(self):
         from kafka import TopicPartition
 
         tps = []
-        for topic in self.topics:
+        for topic in self._topic_names():
             parts = self.client.partitions_for_topic(topic)
             if not parts:
                 raise KafkaError(
@@ -130,6 +143,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         by the request timeout; a partition without an answer by then keeps ListOffsets' end, a
         lower bound: the next trigger reads the rest.
         """
+        from kafka.errors import UnsupportedCodecError
+
         c = self.client
         listed = c.end_offsets(tps)
         c.unsubscribe()
@@ -138,8 +153,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             c.seek(tp, listed[tp])
         timeout_ms = int(self.options.get("requesttimeoutms", 30_000))
         deadline = time.monotonic() + timeout_ms / 1000
+        own: dict = {}
         while (silent := [tp for tp in tps if c.highwater(tp) is None]) and time.monotonic() < deadline:
-            c.poll(timeout_ms=5, max_records=1, update_offsets=False)
+            try:
+                c.poll(timeout_ms=5, max_records=1, update_offsets=False)
+            except UnsupportedCodecError:  # a batch kafka-python cannot decompress: ask without decoding
+                own = self._high_watermarks(silent, listed)
+                silent = [tp for tp in silent if tp not in own]
+                break
         if silent:
             log.warning(
                 "no high watermark from %s within %g s (pidquota.kafka.request.timeout.ms); "
@@ -147,7 +168,26 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ", ".join(f"{tp.topic}-{tp.partition}" for tp in silent),
                 timeout_ms / 1000,
             )
-        return {tp: max(listed[tp], c.highwater(tp) or 0) for tp in tps}
+        return {tp: max(listed[tp], own.get(tp) or c.highwater(tp) or 0) for tp in tps}
+
+    def _high_watermarks(self, tps, listed: dict) -> dict:
+        """High watermarks from the source's own Fetch at each partition's listed end, whose
+        records are never decoded (a log audit of batches compressed with a codec that
+        kafka-python lacks). A partition that does not answer is left out."""
+        from kafka.errors import KafkaError as ClientError
+
+        from pidquota.streaming.sources.kafka.connection import Connection
+
+        conn, out = Connection(self.options), {}
+        try:
+            for tp in tps:
+                try:
+                    out[tp] = conn.fetch(tp, conn.leader(tp), listed[tp], 1024).high_watermark
+                except ClientError as exc:
+                    log.debug("high watermark of %s: %s", tp, exc)
+        finally:
+            conn.close()
+        return out
 
     def _map(self, offsets: dict) -> dict:
         out: dict[str, dict[str, int]] = {}
@@ -279,6 +319,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             read_range,  # Fetch requests decoded straight into Arrow
         )
 
+        if partition.options.get("inputformat") == log_audit.FORMAT:  # batch headers, not records
+            return log_audit.audit_screen(read_range(partition, _lost, headers_only=True), partition.options)
         return screened_lines(read_range(partition, _lost), ARROW, partition.options)
 
 

@@ -1,0 +1,68 @@
+"""The log audit through the real query, against the Tansu broker, with real clients that no
+one here wrote: crash-looping idempotent producers on kafka-python and on confluent-kafka
+(librdkafka, its batches compressed with gzip, snappy, lz4 and zstd), a steady producer, and
+a transactional one that commits and re-inits. Read with `--input-format record-batches`
+from a topic pattern, the crash loop's owner is throttled and the steady one never is."""
+
+import json
+
+from harness.clients import ConfluentProducer
+
+from pidquota.store.kafka import producer
+from pidquota.streaming.log_audit import CONTROL_BATCH
+from pidquota.traffic import clients
+
+TOPICS = ("audit-crash-kp", "audit-crash-ck", "audit-steady", "audit-txn")
+CODECS = ("gzip", "snappy", "lz4", "zstd")
+
+
+def _traffic(kafka) -> dict:
+    for topic in TOPICS:
+        kafka.produce(topic, [], partitions=1)
+    options = {"kafka.bootstrap.servers": kafka.bootstrap}
+    kp = clients.crash_loop(lambda: producer(options, linger_ms=0), "audit-crash-kp", restarts=6, records=3)
+    codecs = iter(CODECS * 2)
+    ck = clients.crash_loop(
+        lambda: ConfluentProducer(kafka.bootstrap, next(codecs)),
+        "audit-crash-ck",
+        restarts=6,
+        records=3,
+        pid_of=lambda p: None,
+    )
+    steady = clients.steady(lambda: producer(options, linger_ms=0), "audit-steady", batches=5, records=3)
+    txn_pids = []
+    for _ in range(2):  # the same transactional.id twice: the same PID, its epoch bumped
+        p = producer(options, transactional_id="audit-tx", linger_ms=0)
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("audit-txn", value=b'{"n":1}')
+        p.commit_transaction()
+        txn_pids.append(clients.kafka_python_pid(p))
+        p.close()
+    return {"kp": kp, "ck": ck, "steady": steady, "txn": txn_pids}
+
+
+def test_the_audit_throttles_the_crash_loops_owner_and_never_the_steady_one(kafka, make_enforcer, tmp_path):
+    sent = _traffic(kafka)
+    assert len(set(sent["kp"].pids)) == 6 and len(sent["steady"].pids) == 1
+    assert sent["txn"][0] == sent["txn"][1]  # a re-init keeps the PID
+    owners = tmp_path / "owners.json"
+    owners.write_text(json.dumps({"topics": {"audit-crash-*": "User:crash", "audit-steady": "User:steady"}}))
+    runner = make_enforcer(
+        tmp_path / "run",
+        {"User:crash": 4, "<default>": 100},
+        **{"pidquota.input.format": "record-batches", "pidquota.audit.owners": str(owners)},
+    )
+    out = runner.run_kafka(f"kafka://{kafka.bootstrap}/audit-*")
+    d = out["decisions"]
+    crash = d[d["principal"] == "User:crash"]
+    assert set(sent["kp"].pids) <= set(crash["producer_id"])
+    assert crash["producer_id"].nunique() == 12  # 6 kafka-python and 6 librdkafka restarts: 12 PIDs
+    assert (crash["verdict"] == "THROTTLE").any()
+    steady = d[d["principal"] == "User:steady"]
+    assert list(steady["producer_id"]) == sent["steady"].pids and (steady["verdict"] == "ADMIT").all()
+    txn = d[d["principal"] == "Topic:audit-txn"]
+    assert list(txn["producer_id"]) == [sent["txn"][0]]  # decided once, though re-inited
+    skipped = dict(zip(out["skipped"]["what"], out["skipped"]["count"], strict=True))
+    assert skipped[CONTROL_BATCH] == 2  # the two commit markers
+    assert out["dead-letters"].empty
