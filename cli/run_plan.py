@@ -14,7 +14,7 @@ from pathlib import Path
 from pidquota.cli import checkpoints, output_folder, preflight
 from pidquota.cli.common import input_overrides
 from pidquota.conf.durations import parse_duration_ms
-from pidquota.conf.errors import PidquotaError
+from pidquota.conf.errors import ConfigError, PidquotaError
 from pidquota.conf.loader import load, parse_overrides
 from pidquota.conf.paths import local_path
 from pidquota.quota import QuotaSettings
@@ -111,6 +111,15 @@ def _start_up_checks(
     on stderr."""
     reads = checkpoints.Source.of(args.input)
     preflight.check_input(reads)
+    if config["pidquota.input.format"] == "record-batches":
+        if reads.kind != "kafka":
+            raise ConfigError(
+                f"--input-format record-batches reads the record batches of Kafka topics, not {reads.describe()}; "
+                "give --input kafka://HOST[:PORT]/TOPIC[,TOPIC...] (a * matches topics)"
+            )
+        from pidquota.store.owners import load_owners
+
+        load_owners(config)  # a missing or broken owners file, or Redis down: one line now
     if reads.kind == "kafka":
         preflight.check_kafka(KafkaUrl.parse(args.input), config)
     preflight.check_local_checkpoint(checkpoint, reads.kind == "file")
@@ -193,6 +202,19 @@ def _exporter(config, demo: bool):
     return exporter
 
 
+def _owners_shown(config) -> str:
+    """The log audit's topic owners, for the banner: who each topic's PIDs count for."""
+    if config["pidquota.input.format"] != "record-batches":
+        return ""
+    from pidquota.store.owners import load_owners
+
+    mapping = load_owners(config).mapping
+    shown = ", ".join(f"{t} -> {p}" for t, p in sorted(mapping.items())[:6]) + (
+        " ..." if len(mapping) > 6 else ""
+    )
+    return f" (owners: {shown or 'none'}; a topic nobody owns is Topic:<name>)"
+
+
 def banner(args: argparse.Namespace, config, checkpoint: str, speed: float, replay_ms=None) -> str:
     """What the run does, where it writes, and whether it resumes a checkpoint."""
     quotas = "Redis" if config["pidquota.redis.url"] else config.quotas_path()
@@ -201,6 +223,9 @@ def banner(args: argparse.Namespace, config, checkpoint: str, speed: float, repl
     if local_path(checkpoint) is None:
         start = f"checkpoint {checkpoint}"
     what = f"demo at {speed:g}x event time" if args.input is None else f"reading {args.input}"
+    fmt = config["pidquota.input.format"]
+    if args.input is not None and fmt != "events":
+        what += f" as {fmt}" + _owners_shown(config)
     until = "until all of it is read" if args.once else "Ctrl-C to stop"
     mode = "SHADOW (nothing published as throttled), " if config["pidquota.mode"] == "shadow" else ""
     if replay_ms is not None:

@@ -174,6 +174,21 @@ def test_fresh_works_for_the_demo_too(tmp_path, capsys, no_spark):
             ["--input", "IN", "--quotas", "Q", "--quota-store", "redis://127.0.0.1:1/0"],
             "--quotas Q cannot apply",
         ),
+        (
+            ["--input", "IN", "--input-format", "record-batches"],
+            "reads the record batches of Kafka topics, not",
+        ),
+        (
+            [
+                "--input",
+                "IN",
+                "--input-format",
+                "kafka-request-log",
+                "--set",
+                "pidquota.request.log.timezone=Mars/X",
+            ],
+            "pidquota.request.log.timezone = 'Mars/X' (from --set) is not a time zone",
+        ),
     ],
 )
 def test_a_flag_that_cannot_apply_is_refused_with_a_reason(tmp_path, capsys, no_spark, args, message):

@@ -147,25 +147,50 @@ def batch_headers(batches: Walk) -> pa.RecordBatch:
     """One row per complete batch whose base offset is in [start, end) of a walked Fetch
     response, read from its 61-byte header alone: no record is decoded and nothing is
     decompressed. Control batches are rows too (``attributes`` says so). A legacy message
-    set (magic 0 or 1) has no producer id: -1."""
+    set (magic 0 or 1) has no producer id: -1. A Python loop only hops from batch to batch;
+    the fields are gathered with numpy."""
     records, start, end = batches.records, batches.start, batches.end
-    rows, pos, size = [], 0, len(records)
+    at = np.asarray(_batch_positions(records, end), np.int64)
+    buf = np.frombuffer(records, np.uint8)
+
+    def field(offset: int, dtype: str) -> np.ndarray:
+        width = np.dtype(dtype).itemsize
+        if not len(at):
+            return np.empty(0, dtype)
+        return buf[at[:, None] + offset + np.arange(width)].copy().view(dtype).ravel()
+
+    base, length, magic = field(0, ">i8"), field(8, ">i4"), buf[at + 16] if len(at) else np.empty(0, np.uint8)
+    modern = (magic >= 2) & (length >= _HEADER.size - 12)
+    legacy = lambda values, empty: np.where(modern, values, empty)  # noqa: E731
+    keep = (base >= start) & (base < end)
+    columns = [
+        legacy(field(43, ">i8"), -1),
+        legacy(field(51, ">i2"), -1),
+        legacy(field(35, ">i8"), -1),
+        legacy(field(21, ">i2"), 0),
+        magic.astype(np.int8),
+        base,
+        legacy(field(57, ">i4"), 1),
+    ]
+    dtypes = (np.int64, np.int32, np.int64, np.int16, np.int8, np.int64, np.int32)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(c[keep].astype(t), f.type) for c, t, f in zip(columns, dtypes, HEADERS, strict=True)],
+        schema=HEADERS,
+    )
+
+
+def _batch_positions(records: bytes, end: int) -> list[int]:
+    """Where each complete batch of a response starts, up to the first past ``end``."""
+    out, pos, size = [], 0, len(records)
+    head = struct.Struct(">qiib").unpack_from
     while pos + 17 <= size:
-        base, length, _, magic = struct.unpack_from(">qiib", records, pos)
+        base, length, _, magic = head(records, pos)
         stop = pos + 12 + length
         if stop > size or (magic >= 2 and base >= end):
             break
-        if start <= base < end:
-            if magic >= 2 and pos + _HEADER.size <= stop:
-                _, _, _, _, _, attrs, _, _, max_ts, pid, epoch, _, count = _HEADER.unpack_from(records, pos)
-                rows.append((pid, epoch, max_ts, attrs, magic, base, count))
-            else:
-                rows.append((-1, -1, -1, 0, magic, base, 1))
+        out.append(pos)
         pos = stop
-    columns = list(zip(*rows, strict=True)) if rows else [()] * len(HEADERS)
-    return pa.RecordBatch.from_arrays(
-        [pa.array(c, f.type) for c, f in zip(columns, HEADERS, strict=True)], schema=HEADERS
-    )
+    return out
 
 
 def decode_rows(batches: Walk, where: str = "") -> Decoded:

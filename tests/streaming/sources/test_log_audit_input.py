@@ -6,6 +6,7 @@ from a topic pattern, the crash loop's owner is throttled and the steady one nev
 
 import json
 
+import pytest
 from harness.clients import ConfluentProducer
 
 from pidquota.store.kafka import producer
@@ -14,6 +15,19 @@ from pidquota.traffic import clients
 
 TOPICS = ("audit-crash-kp", "audit-crash-ck", "audit-steady", "audit-txn")
 CODECS = ("gzip", "snappy", "lz4", "zstd")
+
+
+@pytest.fixture(scope="module")
+def sent(kafka) -> dict:
+    """The real clients' traffic, once for the module."""
+    return _traffic(kafka)
+
+
+@pytest.fixture
+def owners(tmp_path):
+    path = tmp_path / "owners.json"
+    path.write_text(json.dumps({"topics": {"audit-crash-*": "User:crash", "audit-steady": "User:steady"}}))
+    return path
 
 
 def _traffic(kafka) -> dict:
@@ -42,12 +56,11 @@ def _traffic(kafka) -> dict:
     return {"kp": kp, "ck": ck, "steady": steady, "txn": txn_pids}
 
 
-def test_the_audit_throttles_the_crash_loops_owner_and_never_the_steady_one(kafka, make_enforcer, tmp_path):
-    sent = _traffic(kafka)
+def test_the_audit_throttles_the_crash_loops_owner_and_never_the_steady_one(
+    kafka, make_enforcer, tmp_path, sent, owners
+):
     assert len(set(sent["kp"].pids)) == 6 and len(sent["steady"].pids) == 1
     assert sent["txn"][0] == sent["txn"][1]  # a re-init keeps the PID
-    owners = tmp_path / "owners.json"
-    owners.write_text(json.dumps({"topics": {"audit-crash-*": "User:crash", "audit-steady": "User:steady"}}))
     runner = make_enforcer(
         tmp_path / "run",
         {"User:crash": 4, "<default>": 100},
@@ -66,3 +79,24 @@ def test_the_audit_throttles_the_crash_loops_owner_and_never_the_steady_one(kafk
     skipped = dict(zip(out["skipped"]["what"], out["skipped"]["count"], strict=True))
     assert skipped[CONTROL_BATCH] == 2  # the two commit markers
     assert out["dead-letters"].empty
+
+
+def test_recommend_reads_the_audit_too(kafka, spark, sent, owners):
+    from pidquota.conf.loader import load
+    from pidquota.recommend import job as recommend_job
+
+    config = load(
+        overrides={
+            "pidquota.spark.shuffle.partitions": "2",
+            "pidquota.input.format": "record-batches",
+            "pidquota.audit.owners": str(owners),
+        },
+        environ={},
+    )
+    stats, what_if = recommend_job.compute(
+        f"kafka://{kafka.bootstrap}/audit-*", config, {"User:crash": 4, "<default>": 100}
+    )
+    new = dict(zip(stats["principal"], stats["max"], strict=True))
+    assert new["User:crash"] == 12 and new["User:steady"] == 1 and new["Topic:audit-txn"] == 1
+    throttled = dict(zip(what_if["principal"], what_if["throttles"], strict=True))
+    assert throttled["User:crash"] > 0 and throttled.get("User:steady", 0) == 0
