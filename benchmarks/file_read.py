@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* from the root
 
 from benchmarks.streaming import write_input
 from pidquota.conf.loader import load

@@ -22,9 +22,13 @@ kafka-python's ``MemoryRecords`` (with and without CRC checks) versus
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* from the root
 
 from benchmarks.tansu import start_tansu
 from pidquota.traffic.generator import TrafficGenerator

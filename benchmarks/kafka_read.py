@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* from the root
 
 from benchmarks.tansu import start_tansu
 from pidquota.conf.loader import load

@@ -20,11 +20,14 @@ from __future__ import annotations
 import argparse
 import shutil
 import struct
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* from the root
 
 from benchmarks.tansu import start_tansu
 from pidquota.conf.loader import load

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 
 class ConfluentProducer:
-    """An idempotent librdkafka producer (``compression`` none, gzip, snappy, lz4 or zstd)."""
+    """An idempotent librdkafka producer (``compression`` none, gzip, snappy, lz4 or zstd; ``pad``
+    bytes of spaces after each value, so that a small batch is worth compressing)."""
 
-    def __init__(self, bootstrap: str, compression: str = "none", **conf):
+    def __init__(self, bootstrap: str, compression: str = "none", pad: int = 0, **conf):
         from confluent_kafka import Producer
 
         settings = {
@@ -18,9 +19,10 @@ class ConfluentProducer:
             **conf,
         }
         self.producer = Producer(settings)
+        self.pad = b" " * pad  # librdkafka sends a batch uncompressed when compressing does not shrink it
 
     def send(self, topic: str, key: bytes | None = None, value: bytes | None = None):
-        self.producer.produce(topic, key=key, value=value)
+        self.producer.produce(topic, key=key, value=(value or b"") + self.pad)
 
     def flush(self) -> None:
         left = self.producer.flush(30)

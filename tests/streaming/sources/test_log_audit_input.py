@@ -37,7 +37,7 @@ def _traffic(kafka) -> dict:
     kp = clients.crash_loop(lambda: producer(options, linger_ms=0), "audit-crash-kp", restarts=6, records=3)
     codecs = iter(CODECS * 2)
     ck = clients.crash_loop(
-        lambda: ConfluentProducer(kafka.bootstrap, next(codecs)),
+        lambda: ConfluentProducer(kafka.bootstrap, next(codecs), pad=2000),
         "audit-crash-ck",
         restarts=6,
         records=3,
@@ -53,7 +53,31 @@ def _traffic(kafka) -> dict:
         p.commit_transaction()
         txn_pids.append(clients.kafka_python_pid(p))
         p.close()
-    return {"kp": kp, "ck": ck, "steady": steady, "txn": txn_pids}
+    return {
+        "kp": kp,
+        "ck": ck,
+        "steady": steady,
+        "txn": txn_pids,
+        "codecs": _codecs(kafka.bootstrap, "audit-crash-ck"),
+    }
+
+
+def _codecs(bootstrap: str, topic: str) -> set[int]:
+    """The compression codecs of a topic's batches, from their headers (Spark-free)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from pidquota.streaming.sources.kafka.fetch import read_range
+    from pidquota.streaming.sources.kafka.source import KafkaStreamReader, _lost
+
+    reader = KafkaStreamReader({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    found = set()
+    for part in reader.partitions(start, end):
+        for headers in read_range(part, _lost, headers_only=True):
+            found |= {a & 7 for a in headers.column("attributes").to_pylist()}
+    reader.stop()
+    return found
 
 
 def test_the_audit_throttles_the_crash_loops_owner_and_never_the_steady_one(
@@ -61,6 +85,7 @@ def test_the_audit_throttles_the_crash_loops_owner_and_never_the_steady_one(
 ):
     assert len(set(sent["kp"].pids)) == 6 and len(sent["steady"].pids) == 1
     assert sent["txn"][0] == sent["txn"][1]  # a re-init keeps the PID
+    assert sent["codecs"] == {1, 2, 3, 4}  # gzip, snappy, lz4 and zstd batches, none decompressed
     runner = make_enforcer(
         tmp_path / "run",
         {"User:crash": 4, "<default>": 100},
