@@ -44,7 +44,13 @@ class KafkaUrl:
             )
         m = re.match(r"^kafka://([^/]+)/([A-Za-z0-9._*-]+(?:,[A-Za-z0-9._*-]+)*)$", url)
         if not m:
-            raise ConfigError(f"{shown!r} is not a Kafka URL; use {URL_FORM}")
+            topics = url.partition("://")[2].partition("/")[2]
+            hint = (
+                "; topics are separated by ',' alone, without spaces or an empty name"
+                if "," in topics
+                else ""
+            )
+            raise ConfigError(f"{shown!r} is not a Kafka URL; use {URL_FORM}{hint}")
         try:
             return cls(with_ports(m.group(1)), m.group(2))
         except ConfigError as exc:
@@ -221,10 +227,12 @@ def check_topic(options: dict, topic: str, timeout_ms: int) -> None:
         ) from None
     finally:
         probe.close()
+    where = options["kafka.bootstrap.servers"]
     for name in topic.split(","):
         if not any(fnmatch.fnmatchcase(t, name) for t in existing if not t.startswith("__") or t == name):
-            what = "no topic matches" if "*" in name else "topic"
-            raise KafkaError(f"{what} {name!r} does not exist on {options['kafka.bootstrap.servers']}")
+            if "*" in name:
+                raise KafkaError(f"no topic on {where} matches {name!r}")
+            raise KafkaError(f"topic {name!r} does not exist on {where}")
 
 
 def output_options(config, input_url: str | None) -> dict | None:

@@ -28,7 +28,8 @@ class Owners:
                 or ":" not in value
             ):
                 raise ConfigError(
-                    f"topic owner {key!r}: {value!r} is not TOPIC or PREFIX* to a principal such as User:alice"
+                    f"topic owner {key!r}: {value!r}: give a topic (or a PREFIX*) and a principal such as "
+                    'User:alice, e.g. "orders": "User:alice"'
                 )
         self.mapping = dict(mapping)
         self.exact = {k: v for k, v in mapping.items() if not k.endswith("*")}

@@ -28,6 +28,7 @@ def own_working_folder(tmp_path_factory, monkeypatch):
         (["--input", "/no/such/events.jsonl", "--once"], "input '/no/such/events.jsonl' does not exist"),
         (["--once"], "--once needs --input"),
         (["--input", "kafka://nohost", "--once"], "'kafka://nohost' is not a Kafka URL"),
+        (["--input", "kafka://h/orders, pay", "--once"], "topics are separated by ',' alone, without spaces"),
         (["--input", ".", "--decisions-topic", "dec"], "an output topic given by name needs a Kafka input"),
     ],
 )

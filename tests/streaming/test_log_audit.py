@@ -30,7 +30,7 @@ def test_owners_exact_then_longest_prefix_then_the_topic_itself():
 
 @pytest.mark.parametrize("bad", [{"orders": "alice"}, {"*": "User:a"}, {"orders": 5}])
 def test_a_bad_owner_is_named(bad):
-    with pytest.raises(ConfigError, match="is not TOPIC or PREFIX"):
+    with pytest.raises(ConfigError, match="give a topic .or a PREFIX.. and a principal such as User:alice"):
         Owners(bad)
 
 

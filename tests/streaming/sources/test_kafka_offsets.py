@@ -331,6 +331,8 @@ def test_a_missing_topic_or_bad_starting_offsets_fail_at_start_up(kafka, tmp_pat
     assert main(["run", "--input", f"kafka://{kafka.bootstrap}/not-there", *out]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"pidquota: error: topic 'not-there' does not exist on {kafka.bootstrap}"
+    assert main(["run", "--input", f"kafka://{kafka.bootstrap}/there,zzz*", *out]) == 2
+    assert capsys.readouterr().err.strip() == f"pidquota: error: no topic on {kafka.bootstrap} matches 'zzz*'"
     bad = ["--starting-offsets", '{"there": {"0": -7}}']
     assert main(["run", "--input", f"kafka://{kafka.bootstrap}/there", *bad, *out]) == 2
     err = capsys.readouterr().err.strip()
