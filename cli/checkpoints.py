@@ -212,7 +212,8 @@ def sniff_offsets(ckpt: Path) -> Source | None:
 def check_reading(checkpoint: str, input_format: str, follow: bool) -> None:
     """Refuse a checkpoint whose input was read in another format, or followed where it is
     not now (or the other way round): its offsets would be misread, or its lines misjudged.
-    A checkpoint from before the marker recorded it read JSON events, not followed."""
+    A checkpoint from before the marker recorded it is not checked (the followed reader
+    still refuses the other reader's offsets)."""
     ckpt = local_path(checkpoint)
     if ckpt is None or not ckpt.is_dir() or not has_progress(ckpt):
         return
@@ -220,9 +221,9 @@ def check_reading(checkpoint: str, input_format: str, follow: bool) -> None:
         marker = json.loads((ckpt / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         marker = {}
-    if not isinstance(marker, dict):
-        marker = {}
-    was = (marker.get("input_format", "events"), bool(marker.get("follow", False)))
+    if not isinstance(marker, dict) or "input_format" not in marker:
+        return  # from before the marker recorded it: the run records it now (write_marker)
+    was = (marker["input_format"], bool(marker.get("follow", False)))
     if was == (input_format, follow):
         return
 

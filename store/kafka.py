@@ -218,8 +218,10 @@ def check_topic(options: dict, topic: str, timeout_ms: int) -> None:
     if bounded not in KafkaConsumer.DEFAULT_CONFIG:
         bounded = "api_version_auto_timeout_ms"
     probe = consumer(options, request_timeout_ms=timeout_ms, **{bounded: timeout_ms})
+    names = topic.split(",")
     try:
-        existing = probe.topics()
+        existing = probe.topics() if any("*" in n for n in names) else set()
+        existing |= {n for n in names if "*" not in n and probe.partitions_for_topic(n)}
     except Exception as exc:  # kafka-python raises several kinds here
         raise KafkaError(
             f"cannot list the topics of Kafka at {options['kafka.bootstrap.servers']} within "
@@ -228,7 +230,7 @@ def check_topic(options: dict, topic: str, timeout_ms: int) -> None:
     finally:
         probe.close()
     where = options["kafka.bootstrap.servers"]
-    for name in topic.split(","):
+    for name in names:
         if not any(fnmatch.fnmatchcase(t, name) for t in existing if not t.startswith("__") or t == name):
             if "*" in name:
                 raise KafkaError(f"no topic on {where} matches {name!r}")
@@ -247,7 +249,8 @@ def output_options(config, input_url: str | None) -> dict | None:
         return None
     bootstrap = None
     for key, value in topics.items():
-        if any(c in value for c in ",*"):
+        name = value.rpartition("/")[2] if value.startswith("kafka://") else value
+        if any(c in name for c in ",*"):
             raise PidquotaError(f"{key} {value!r}: an output topic is one topic, without ',' or '*'")
         if value.startswith("kafka://"):
             url = KafkaUrl.parse(value)

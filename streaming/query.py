@@ -130,6 +130,8 @@ def kafka_source(spark, url, config, stop_flag: str = "", screen: int = 0) -> Da
         "requestTimeoutMs": str(config["pidquota.kafka.request.timeout.ms"]),
         **security_options(config),
     }
+    outputs = [config[f"pidquota.kafka.{t}.topic"] for t in ("decisions", "metrics", "dead.letters")]
+    options["excludeTopics"] = ",".join(t.rpartition("/")[2] for t in outputs if t)  # from * patterns
     if stop_flag:
         options[stopping.OPTION] = stop_flag
     if screen:

@@ -457,8 +457,5 @@ def test_a_checkpoint_refuses_another_input_format_or_follow_setting(tmp_path):
     old = str(
         checkpoint(tmp_path / "old" / "_checkpoint", FILE_OFFSETS, marker={"kind": "file", "input": "/a"})
     )
-    checkpoints.check_reading(old, "events", False)  # before the marker said: JSON events, read once
-    with pytest.raises(
-        ConfigError, match="--input-format events --no-follow, not --input-format kafka-request-log"
-    ):
-        checkpoints.check_reading(old, "kafka-request-log", True)
+    for fmt, follow in (("events", False), ("kafka-request-log", True)):  # before the marker said it
+        checkpoints.check_reading(old, fmt, follow)

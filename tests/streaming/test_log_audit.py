@@ -122,3 +122,47 @@ def test_control_batches_and_batches_without_a_pid_are_counted_and_sightings_fol
 def test_an_unowned_topic_is_its_own_principal():
     (out,) = AuditScreen(Owners({})).screen(_headers([(7, 0, T0, 0, 2, 0, 1)], topic="logs"))
     assert out.column("f_principal").to_pylist() == ["Topic:logs"]
+
+
+def test_a_short_legacy_message_last_in_a_response_is_a_row_not_a_crash():
+    legacy = struct.pack(">qi", 12, 22) + bytes([0, 0, 0, 0, 1, 0]) + bytes(16)  # magic 1, 34 bytes in all
+    headers = batch_headers(walk(batch(10, 7, 0, T0) + legacy, 0, 100))
+    assert headers.column("producer_id").to_pylist() == [7, -1]
+    assert headers.column("magic").to_pylist() == [2, 1]
+
+
+def test_output_topics_on_several_brokers_are_one_topic_each():
+    from pidquota.conf.errors import PidquotaError
+    from pidquota.conf.loader import load
+    from pidquota.store.kafka import output_options
+
+    config = load(
+        overrides={"pidquota.kafka.decisions.topic": "kafka://k1:9092,k2:9092/decisions"}, environ={}
+    )
+    assert output_options(config, None)["decisionsTopic"] == "decisions"
+    config = load(overrides={"pidquota.kafka.decisions.topic": "kafka://k1:9092/a,b"}, environ={})
+    with pytest.raises(PidquotaError, match="an output topic is one topic"):
+        output_options(config, None)
+
+
+def test_a_pattern_never_matches_pidquotas_own_outputs_and_a_deleted_match_is_not_data_loss(caplog):
+    from pidquota.streaming.sources.kafka.source import KafkaStreamReader
+
+    class Client:
+        def topics(self):
+            return {"orders", "orders-decisions", "__consumer_offsets"}
+
+    reader = KafkaStreamReader(
+        {"kafka.bootstrap.servers": "h:1", "subscribe": "orders*", "excludeTopics": "orders-decisions"}
+    )
+    reader._client = Client()
+    assert reader._topic_names() == ["orders"]
+    reader._partitions = lambda: []
+    reader._end_offsets = lambda tps: {}
+    import logging
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    with caplog.at_level(logging.WARNING, logger="pidquota.kafka"):
+        assert reader.latestOffset({"orders-old": {"0": 5}}, ReadAllAvailable()) == {}
+    assert "topic orders-old, matched by ['orders*'], is gone" in caplog.text

@@ -113,8 +113,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         again at every trigger so that a new matching topic is read from its beginning."""
         names = [t for t in self.topics if "*" not in t]
         patterns = [t for t in self.topics if "*" in t]
-        if patterns:
-            existing = sorted(t for t in self.client.topics() if not t.startswith("__"))
+        if patterns:  # never pidquota's own outputs: a run would audit its own writes
+            mine = set(filter(None, self.options.get("excludetopics", "").split(",")))
+            existing = sorted(t for t in self.client.topics() if not t.startswith("__") and t not in mine)
             names += [
                 t for t in existing if t not in names and any(fnmatch.fnmatchcase(t, p) for p in patterns)
             ]
@@ -182,7 +183,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             for tp in tps:
                 try:
-                    out[tp] = conn.fetch(tp, conn.leader(tp), listed[tp], 1024).high_watermark
+                    node = conn.leader(tp)
+                    if node is not None:
+                        out[tp] = conn.fetch(tp, node, listed[tp], 1024).high_watermark
                 except ClientError as exc:
                     log.debug("high watermark of %s: %s", tp, exc)
         finally:
@@ -247,7 +250,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start
         tps = self._partitions()
         ends = _copy(self._target) if self._target is not None else self._map(self._end_offsets(tps))
+        named = {t for t in self.topics if "*" not in t}
         for topic, parts in start.items():  # partitions that disappeared
+            if topic not in ends and topic not in named:  # a topic a pattern matched was deleted
+                log.warning(
+                    "pidquota: topic %s, matched by %s, is gone; it is no longer read", topic, self.topics
+                )
+                continue
             for p, off in parts.items():
                 if p not in ends.get(topic, {}):
                     _lost(
