@@ -41,10 +41,11 @@ and one row of counts: FETCH 95, METADATA 3, INIT_PRODUCER_ID refused 1.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
@@ -292,7 +293,8 @@ class RequestLogJudge:
         self.options, self.max_principal = options, max_principal
         self.clock = Clock(options.timezone)
 
-    def judge(self, values: pa.Array, sources: list[str | None], brokers: list[str | None]) -> Judged:
+    def judge(self, values: pa.Array, sources: Sequence[str | None], brokers: Sequence[str | None]) -> Judged:
+        """``sources[i]`` and ``brokers[i]`` are asked for the inits and dead letters only."""
         keys = api_keys(values)
         skipped: Counter = Counter()
         found = keys >= 0
@@ -346,15 +348,30 @@ _EVENTS = pa.schema(
 )
 
 
-def _source_of(batch: pa.RecordBatch) -> list[str | None]:
+class _PerRow:
+    """A batch's per-line facts, computed only for the lines that are asked about (inits and
+    dead letters): the noise, nearly every line, never costs a Python call."""
+
+    def __init__(self, n: int, at):
+        self.n, self.at = n, at
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        return self.at(i)
+
+
+def _source_of(batch: pa.RecordBatch) -> _PerRow:
     """Each line's position, for its dead letter: Kafka topic/partition@offset, or the file."""
     names = batch.schema.names
     if "kafka_offset" in names:
-        t, p, o = (batch.column(c).to_pylist() for c in ("kafka_topic", "kafka_partition", "kafka_offset"))
-        return [f"{a}/{b}@{c}" for a, b, c in zip(t, p, o, strict=True)]
+        t, p, o = (batch.column(c) for c in ("kafka_topic", "kafka_partition", "kafka_offset"))
+        return _PerRow(batch.num_rows, lambda i: f"{t[i].as_py()}/{p[i].as_py()}@{o[i].as_py()}")
     if "source_file" in names:
-        return batch.column("source_file").to_pylist()
-    return [None] * batch.num_rows
+        files = batch.column("source_file")
+        return _PerRow(batch.num_rows, lambda i: files[i].as_py())
+    return _PerRow(batch.num_rows, lambda i: None)
 
 
 class RequestLogScreen:
@@ -366,13 +383,13 @@ class RequestLogScreen:
         self.line_schema = as_binary(line_schema)
         self.schema = pa.schema([*FOLDED, *self.line_schema])
         self.judge = RequestLogJudge(options, max_principal)
-        self.broker_of = broker_of or (lambda source: None)
+        self.broker_of = functools.lru_cache(maxsize=1024)(broker_of or (lambda source: None))
 
     def screen(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
         values = batch.column("value")
         sources = _source_of(batch)
         files = "source_file" in batch.schema.names
-        brokers = [self.broker_of(s) for s in sources] if files else [None] * len(sources)
+        brokers = _PerRow(len(sources), lambda i: self.broker_of(sources[i]) if files else None)
         judged = self.judge.judge(values, sources, brokers)
         if judged.events:
             events = pa.Table.from_pylist(judged.events).select(_EVENTS.names).cast(_EVENTS)

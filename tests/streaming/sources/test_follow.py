@@ -159,14 +159,19 @@ def test_a_followed_checkpoint_is_refused_by_a_file_input_read_once(tmp_path):
         reader.latestOffset({"follow": {}, "parked": 0}, None)
 
 
-def test_a_parked_file_stays_parked_while_it_does_not_change(logs):
-    old = logs / "kafka-request.log.2026-11-24-12"
+def parked(logs, name: str):
+    """A quiet file read to its end and parked (two triggers); its follower and offset."""
+    old = logs / name
     old.write_bytes(b"x\n")
     os.utime(old, (1_000, 1_000))
-    f = follower(logs)
-    off = follow.initial()
+    f, off = follower(logs), follow.initial()
     for _ in range(2):
         off, _ = step(f, off)
+    return f, off
+
+
+def test_a_parked_file_stays_parked_while_it_does_not_change(logs):
+    f, off = parked(logs, "kafka-request.log.2026-11-24-12")
     assert off == {"follow": {}, "parked": 1}
     for _ in range(3):  # the offsets and the ledger no longer change: no empty batches
         again, got = step(f, off)
@@ -208,13 +213,7 @@ def test_a_file_named_as_the_input_is_followed_through_its_rolls(logs):
 
 
 def test_a_lost_follow_ledger_is_named(logs):
-    old = logs / "r.log.1"
-    old.write_bytes(b"x\n")
-    os.utime(old, (1_000, 1_000))
-    f = follower(logs)
-    off = follow.initial()
-    for _ in range(2):
-        off, _ = step(f, off)
+    _, off = parked(logs, "r.log.1")
     (logs.parent / "ck" / follow.LEDGER).unlink()
     with pytest.raises(CorruptStateError, match="rely on 1 lines"):
         follower(logs).advance(off)
