@@ -43,7 +43,7 @@ def run(name, rate, ts, pids, epochs, batch=50_000):
     start = time.perf_counter()
     for i in range(0, len(ts), batch):
         state = PrincipalQuota.from_bytes(q.to_bytes(), S) if i else q  # as the stream does
-        decisions += len(state.observe_batch(ts[i : i + batch], pids[i : i + batch], epochs[i : i + batch]))
+        decisions += len(state.judge_batch(ts[i : i + batch], pids[i : i + batch], epochs[i : i + batch]))
         q = state
     secs = time.perf_counter() - start
     print(

@@ -6,8 +6,10 @@ import math
 import struct
 
 import bitarray
+import numpy as np
 from pybloom_live import BloomFilter
 
+from pidquota.bloom.hashing import LEGACY, MIX64, Mix64
 from pidquota.conf.errors import CorruptStateError
 
 # created_ms, last_insert_ms, capacity, count, num_slices, bits_per_slice, error_rate
@@ -32,14 +34,19 @@ class TimestampedBloomFilter:
     s = ceil(100 * 4.605 / (7 * 0.4805)) = ceil(136.9) = 137 bits, m = 959 bits
     (120 bytes): 9.6 bits per PID, against ~60-70 bytes per PID in a Python set.
 
-    A PID's bit positions depend only on ``(num_slices, bits_per_slice)``, the
-    layer's *shape*, so layers of one shape share one hash computation per PID
-    (see :meth:`positions`).
+    pybloom-live is the container and the sizing; the hash is ``kind``: new
+    layers use :class:`~pidquota.bloom.hashing.Mix64`, which numpy computes
+    for a batch of PIDs at once (:meth:`bits_of`, :meth:`set_positions`).
+    Layers saved before it (``LEGACY``, pybloom-live's hashlib hash) are still
+    read with their own hash, and never written again (bloom/layered.py), so
+    they age out within a window. A PID's bit positions depend only on the
+    kind and ``(num_slices, bits_per_slice)``, the layer's *shape*, so layers
+    of one shape share one hash computation per PID (see :meth:`positions`).
     """
 
-    __slots__ = ("created_ms", "last_insert_ms", "_bf")
+    __slots__ = ("created_ms", "last_insert_ms", "_bf", "kind")
 
-    def __init__(self, capacity: int, error_rate: float, created_ms: int) -> None:
+    def __init__(self, capacity: int, error_rate: float, created_ms: int, kind: int = MIX64) -> None:
         if capacity < 1:
             raise ValueError(f"Bloom layer capacity must be >= 1, got {capacity}")
         if not 0.0 < error_rate < 1.0:
@@ -47,6 +54,7 @@ class TimestampedBloomFilter:
         self._bf = BloomFilter(capacity=capacity, error_rate=error_rate)
         self.created_ms = int(created_ms)
         self.last_insert_ms = int(created_ms)
+        self.kind = kind
 
     # -- facts -----------------------------------------------------------------
     @property
@@ -67,8 +75,9 @@ class TimestampedBloomFilter:
         return self._bf.count >= self._bf.capacity
 
     @property
-    def shape(self) -> tuple[int, int]:
-        return (self._bf.num_slices, self._bf.bits_per_slice)
+    def shape(self) -> tuple[int, int, int]:
+        """(hash kind, slices, bits per slice): layers of one shape share positions."""
+        return (self.kind, self._bf.num_slices, self._bf.bits_per_slice)
 
     @property
     def num_bits(self) -> int:
@@ -87,7 +96,32 @@ class TimestampedBloomFilter:
     def positions(self, pid: int) -> tuple[int, ...]:
         """Absolute bit indexes of ``pid`` in any layer of this layer's shape."""
         step = self._bf.bits_per_slice
+        if self.kind == MIX64:
+            return Mix64.one(pid, self._bf.num_slices, step)
         return tuple(i * step + h for i, h in enumerate(self._bf.make_hashes(pid)))
+
+    def positions_many(self, pids: np.ndarray, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
+        """Bit positions of many PIDs, one row each (``h1, h2``: :meth:`Mix64.pair` of ``pids``)."""
+        if self.kind == MIX64:
+            return Mix64.many(h1, h2, self._bf.num_slices, self._bf.bits_per_slice)
+        return np.array([self.positions(p) for p in pids.tolist()], dtype=np.int64).reshape(
+            len(pids), self._bf.num_slices
+        )
+
+    def bits_of(self, positions: np.ndarray) -> np.ndarray:
+        """The bits at ``positions`` (any shape of int64 array), as booleans."""
+        buf = np.frombuffer(self._bf.bitarray, dtype=np.uint8)
+        if self._bf.num_bits <= 8 * positions.size:  # unpacking costs less than shifting each
+            return np.unpackbits(buf, bitorder="little").view(bool)[positions]
+        return ((buf[positions >> 3] >> (positions & 7).astype(np.uint8)) & 1).astype(bool)
+
+    def set_positions(self, positions: np.ndarray, pids_new: int, now_ms: int) -> None:
+        """Set the bits at ``positions``; ``pids_new`` PIDs that were not in the layer."""
+        buf = np.frombuffer(self._bf.bitarray, dtype=np.uint8)
+        flat = positions.ravel()
+        np.bitwise_or.at(buf, flat >> 3, np.left_shift(1, flat & 7).astype(np.uint8))
+        self._bf.count += pids_new
+        self.touch(now_ms)
 
     def has(self, positions: tuple[int, ...]) -> bool:
         bits = self._bf.bitarray
@@ -132,8 +166,10 @@ class TimestampedBloomFilter:
         return head + struct.pack("<Q", len(payload)) + payload
 
     @classmethod
-    def from_buffer(cls, buf: memoryview, offset: int) -> tuple[TimestampedBloomFilter, int]:
-        """Read one layer at ``offset``; return it and the offset after it."""
+    def from_buffer(
+        cls, buf: memoryview, offset: int, kind: int = LEGACY
+    ) -> tuple[TimestampedBloomFilter, int]:
+        """Read one layer at ``offset``, written with hash ``kind``; return it and the offset after it."""
         end = offset + _HEADER.size + 8
         if end > len(buf):
             raise CorruptStateError("Bloom layer header is truncated")
@@ -167,6 +203,7 @@ class TimestampedBloomFilter:
         del bits[num_bits:]
         bf.bitarray = bits
         layer._bf = bf
+        layer.kind = kind
         layer.created_ms = created
         layer.last_insert_ms = last
         return layer, end + nbytes

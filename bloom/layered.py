@@ -5,11 +5,15 @@ from __future__ import annotations
 import math
 import struct
 
+import numpy as np
+
+from pidquota.bloom.hashing import LEGACY, MIX64, Mix64
 from pidquota.bloom.layer import TimestampedBloomFilter
 from pidquota.conf.errors import CorruptStateError
 
 MAGIC = b"LBF"
-VERSION = 1
+# v2: each layer is preceded by its hash kind (one byte); v1 layers are all LEGACY
+VERSION = 2
 # window_ms, layer_count, error_rate, number of layers
 _HEADER = struct.Struct("<3sBqIdI")
 
@@ -20,6 +24,32 @@ _HEADER = struct.Struct("<3sBqIdI")
 MIN_LAYER_CAPACITY = 32
 MAX_BASE_CAPACITY = 65_536
 MAX_LAYER_CAPACITY = 1 << 24
+
+
+class PidHashes:
+    """A batch's PIDs, hashed once (:class:`Mix64`), and their positions per layer shape.
+
+    Positions are kept for one range of the batch at a time (``a:b``): the
+    batch judge asks for the same range across layers, then moves on.
+    """
+
+    __slots__ = ("pids", "h1", "h2", "_range", "_cache")
+
+    def __init__(self, pids: np.ndarray) -> None:
+        self.pids = pids
+        self.h1, self.h2 = Mix64.pair(pids)
+        self._range: tuple[int, int] = (0, 0)
+        self._cache: dict = {}
+
+    def positions(self, layer: TimestampedBloomFilter, a: int, b: int) -> np.ndarray:
+        if self._range != (a, b):
+            self._range, self._cache = (a, b), {}
+        pos = self._cache.get(layer.shape)
+        if pos is None:
+            pos = self._cache[layer.shape] = layer.positions_many(
+                self.pids[a:b], self.h1[a:b], self.h2[a:b]
+            )
+        return pos
 
 
 def layer_capacity(rate: float) -> int:
@@ -122,14 +152,14 @@ class LayeredBloomFilter:
         if not self.layers:
             return None
         newest = self.layers[-1]
-        if newest.is_full or now_ms - newest.created_ms >= self.span_ms:
+        if newest.kind != MIX64 or newest.is_full or now_ms - newest.created_ms >= self.span_ms:
             return None
         if not self._alive(newest, now_ms):
             return None
         return newest
 
     def _probe(self, pid: int, now_ms: int, skip_newest: bool) -> bool:
-        cache: dict[tuple[int, int], tuple[int, ...]] = {}
+        cache: dict[tuple[int, int, int], tuple[int, ...]] = {}
         layers = self.layers[:-1] if skip_newest else self.layers
         for layer in reversed(layers):
             if not self._alive(layer, now_ms):
@@ -141,6 +171,22 @@ class LayeredBloomFilter:
             if layer.has(pos):
                 return True
         return False
+
+    def known_many(
+        self, hashes: PidHashes, a: int, b: int, now: np.ndarray, skip_newest: bool = False
+    ) -> np.ndarray:
+        """:meth:`contains` for sightings ``a:b`` of ``hashes`` at times ``now`` (non-decreasing),
+        against the layers as they are (``skip_newest``: all but the newest)."""
+        known = np.zeros(b - a, dtype=bool)
+        for layer in self.layers[:-1] if skip_newest else self.layers:
+            deadline = layer.last_insert_ms + self.window_ms
+            if now[0] > deadline:
+                continue  # dead for all of them
+            hit = layer.bits_of(hashes.positions(layer, a, b)).all(axis=1)
+            if now[-1] > deadline:
+                hit &= now <= deadline
+            known |= hit
+        return known
 
     def contains(self, pid: int, now_ms: int) -> bool:
         """Is ``pid`` in any layer still alive at ``now_ms``?"""
@@ -248,7 +294,7 @@ class LayeredBloomFilter:
 
     @property
     def size_bytes(self) -> int:
-        return _HEADER.size + sum(layer.size_bytes for layer in self.layers)
+        return _HEADER.size + sum(1 + layer.size_bytes for layer in self.layers)
 
     def estimate_count(self) -> int:
         """Estimated distinct PIDs across layers (Swamidass-Baldi on the union).
@@ -256,12 +302,12 @@ class LayeredBloomFilter:
         Layers of one shape are OR-ed and ``n ~= -(m/k) ln(1 - X/m)`` is taken
         from the X set bits of the union; shapes (quota changed) are summed.
         """
-        by_shape: dict[tuple[int, int], object] = {}
+        by_shape: dict[tuple[int, int, int], object] = {}
         for layer in self.layers:
             bits = by_shape.get(layer.shape)
             by_shape[layer.shape] = layer.bits.copy() if bits is None else bits | layer.bits
         total = 0.0
-        for (slices, per_slice), bits in by_shape.items():
+        for (_, slices, per_slice), bits in by_shape.items():
             m = slices * per_slice
             ones = bits.count()
             if ones >= m:
@@ -275,7 +321,7 @@ class LayeredBloomFilter:
         head = _HEADER.pack(
             MAGIC, VERSION, self.window_ms, self.layer_count, self.error_rate, len(self.layers)
         )
-        return head + b"".join(layer.to_bytes() for layer in self.layers)
+        return head + b"".join(bytes((layer.kind,)) + layer.to_bytes() for layer in self.layers)
 
     @classmethod
     def from_bytes(cls, blob: bytes | bytearray | memoryview) -> LayeredBloomFilter:
@@ -286,8 +332,8 @@ class LayeredBloomFilter:
         magic, version, window_ms, layer_count, rate, n = _HEADER.unpack_from(buf, 0)
         if magic != MAGIC:
             raise CorruptStateError(f"Bloom state has magic {magic!r}, expected {MAGIC!r}")
-        if version != VERSION:
-            raise CorruptStateError(f"Bloom state has version {version}; this build reads version {VERSION}")
+        if version not in (1, VERSION):
+            raise CorruptStateError(f"Bloom state has version {version}; this build reads versions 1 and {VERSION}")
         try:
             result = cls(window_ms, layer_count, rate)
         except ValueError as exc:
@@ -295,7 +341,12 @@ class LayeredBloomFilter:
         offset = _HEADER.size
         layers = []
         for _ in range(n):
-            layer, offset = TimestampedBloomFilter.from_buffer(buf, offset)
+            kind = LEGACY
+            if version >= 2:
+                if offset >= len(buf) or buf[offset] not in (LEGACY, MIX64):
+                    raise CorruptStateError("Bloom layer's hash kind is missing or unknown")
+                kind, offset = buf[offset], offset + 1
+            layer, offset = TimestampedBloomFilter.from_buffer(buf, offset, kind)
             layers.append(layer)
         if offset != len(buf):
             raise CorruptStateError(f"Bloom state has {len(buf) - offset} trailing bytes")

@@ -1,7 +1,8 @@
 """The producer-ID quota contract (KIP-936). Pure Python, Spark-free, clock-free."""
 
 from pidquota.quota.bucket import TokenBucket
-from pidquota.quota.enforcer import ADMIT, THROTTLE, Decision, PrincipalQuota, QuotaSettings
+from pidquota.quota.decision import ADMIT, THROTTLE, Decision, Decisions
+from pidquota.quota.enforcer import PrincipalQuota, QuotaSettings
 from pidquota.quota.resolver import DEFAULT_ENTITY, QuotaSource, StaticQuotas, parse_quotas, resolve
 from pidquota.quota.samples import SampledStats
 
@@ -10,6 +11,7 @@ __all__ = [
     "DEFAULT_ENTITY",
     "THROTTLE",
     "Decision",
+    "Decisions",
     "PrincipalQuota",
     "QuotaSettings",
     "QuotaSource",

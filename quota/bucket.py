@@ -72,19 +72,33 @@ class TokenBucket:
     def is_full(self) -> bool:
         return self.credit >= self.capacity_credit
 
+    def credit_at(self, now_ms: int):
+        """The credit at ``now_ms`` (refilled from ``last_ms``, capped), without taking it."""
+        if now_ms <= self.last_ms:
+            return self.credit
+        credit = self.credit + self.rate * (now_ms - self.last_ms)
+        cap = self.capacity_credit
+        return cap if credit >= cap - _SLACK * self.window_ms else credit
+
     def refill(self, now_ms: int) -> None:
         if now_ms > self.last_ms:
-            credit = self.credit + self.rate * (now_ms - self.last_ms)
-            cap = self.capacity_credit
-            self.credit = cap if credit >= cap - _SLACK * self.window_ms else credit
+            self.credit = self.credit_at(now_ms)
             self.last_ms = now_ms
 
     def try_take(self, now_ms: int) -> int:
-        """Refill to ``now_ms``; take a token and return 0, or return the wait in ms."""
-        self.refill(now_ms)
-        missing = self.window_ms - self.credit
+        """Take a token at ``now_ms`` and return 0, or return the wait in ms.
+
+        Only a take moves the bucket: a refusal leaves it as it was, so the
+        credit at any time is one refill from the last take (or the last
+        :meth:`refill`), whatever was refused in between. With an integer R
+        this is the same arithmetic as refilling at every request; it also
+        lets a batch of requests be judged at once (``quota/batch.py``).
+        """
+        credit = self.credit_at(now_ms)
+        missing = self.window_ms - credit
         if missing <= _SLACK * self.window_ms:
-            self.credit = max(0, self.credit - self.window_ms)
+            self.credit = max(0, credit - self.window_ms)
+            self.last_ms = max(self.last_ms, now_ms)
             return 0
         return int(-(-missing // self.rate))  # ceil, exact for ints
 

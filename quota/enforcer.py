@@ -10,11 +10,12 @@ import numpy as np
 
 from pidquota.bloom.layered import LayeredBloomFilter, layer_capacity
 from pidquota.conf.errors import CorruptStateError
+from pidquota.quota.batch import BatchJudge
 from pidquota.quota.bucket import TokenBucket
+from pidquota.quota.decision import ADMIT, THROTTLE, Decision, Decisions
 from pidquota.quota.samples import SampledStats
 
-ADMIT = "ADMIT"
-THROTTLE = "THROTTLE"
+__all__ = ["ADMIT", "THROTTLE", "Decision", "Decisions", "PrincipalQuota", "QuotaSettings"]
 
 MAGIC = b"PQS"
 VERSION = 2
@@ -46,17 +47,6 @@ class QuotaSettings:
             false_positive_rate=config["producer.id.quota.cache.false.positive.rate"],
             cleanup_interval_ms=config["producer.id.quota.cache.cleanup.scheduler.interval.ms"],
         )
-
-
-class Decision(NamedTuple):
-    """The verdict on one sighting of a previously unseen PID."""
-
-    producer_id: int
-    producer_epoch: int
-    timestamp: int
-    verdict: str
-    throttle_time_ms: int
-    tokens: float
 
 
 class PrincipalQuota:
@@ -156,22 +146,24 @@ class PrincipalQuota:
             self.filter.add(producer_id, now, capacity)
         self.stats.record_throttle(now, wait)
         self.throttled_total += 1
-        return Decision(producer_id, producer_epoch, timestamp, THROTTLE, wait, self.bucket.tokens)
+        tokens = self.bucket.credit_at(now) / self.bucket.window_ms
+        return Decision(producer_id, producer_epoch, timestamp, THROTTLE, wait, tokens)
 
-    def observe_batch(
+    def judge_batch(
         self,
         timestamps: np.ndarray,
         producer_ids: np.ndarray,
         producer_epochs: np.ndarray,
         replay_until: int | None = None,
-    ) -> list[Decision]:
+    ) -> Decisions:
         """Judge a batch of events of this principal, in any input order; sightings before
-        ``replay_until`` are replayed (see the class).
+        ``replay_until`` are replayed (see the class). The verdicts are :meth:`observe`'s,
+        in columns.
 
-        Vectorized first: drop PID < 0, sort by (timestamp, producer_id, epoch)
-        and fold repeated (timestamp, producer_id) sightings into one. Only the
-        remaining sightings reach the filter, and a repeat sighting of a PID
-        already in the newest layer costs a set lookup, not a hash.
+        Drop PID < 0, sort by (timestamp, producer_id, epoch) and fold repeated
+        (timestamp, producer_id) sightings into one; then judge them all at
+        once (:class:`~pidquota.quota.batch.BatchJudge`), as :meth:`observe`
+        would one by one.
         """
         ts = np.asarray(timestamps, dtype=np.int64)
         pids = np.asarray(producer_ids, dtype=np.int64)
@@ -180,21 +172,25 @@ class PrincipalQuota:
         if not keep.all():
             ts, pids, epochs = ts[keep], pids[keep], epochs[keep]
         if len(ts) == 0:
-            return []
+            return Decisions.empty()
         order = np.lexsort((epochs, pids, ts))
         ts, pids, epochs = ts[order], pids[order], epochs[order]
         if len(ts) > 1:
             first = np.ones(len(ts), dtype=bool)
             first[1:] = (ts[1:] != ts[:-1]) | (pids[1:] != pids[:-1])
             ts, pids, epochs = ts[first], pids[first], epochs[first]
-        observe = self.observe
-        out = []
         replayed = 0 if replay_until is None else int(np.searchsorted(ts, replay_until))  # ts is sorted
-        for k, (t, p, e) in enumerate(zip(ts.tolist(), pids.tolist(), epochs.tolist(), strict=True)):
-            d = observe(t, p, e, k < replayed)
-            if d is not None:
-                out.append(d)
-        return out
+        return BatchJudge(self, ts, pids, epochs, replayed).run()
+
+    def observe_batch(
+        self,
+        timestamps: np.ndarray,
+        producer_ids: np.ndarray,
+        producer_epochs: np.ndarray,
+        replay_until: int | None = None,
+    ) -> list[Decision]:
+        """:meth:`judge_batch`, as a list of :class:`Decision`."""
+        return self.judge_batch(timestamps, producer_ids, producer_epochs, replay_until).rows()
 
     # -- lifecycle ---------------------------------------------------------------------
     def evict_at_ms(self) -> int:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
+
+import numpy as np
 
 _SAMPLE = struct.Struct("<qqqd")  # start_ms, admitted, throttled, throttle_ms_sum
 
@@ -57,6 +60,20 @@ class SampledStats:
         sample = self._current(now_ms)
         sample[2] += 1
         sample[3] += throttle_ms
+
+    def record_many(self, times: np.ndarray, admitted: np.ndarray, waits: np.ndarray) -> None:
+        """``record_admit`` or ``record_throttle`` for each verdict in order (``times``
+        non-decreasing); one step per sample, not per verdict."""
+        tl = times.tolist()
+        i, n = 0, len(tl)
+        while i < n:
+            sample = self._current(tl[i])
+            j = bisect_left(tl, sample[0] + self.size_ms, i)
+            took = int(admitted[i:j].sum())
+            sample[1] += took
+            sample[2] += (j - i) - took
+            sample[3] += int(waits[i:j][~admitted[i:j]].sum())
+            i = j
 
     def rate(self, now_ms: int) -> float:
         self.purge(now_ms)

@@ -1,5 +1,6 @@
 import pytest
 
+from pidquota.bloom.hashing import MIX64
 from pidquota.bloom import MIN_LAYER_CAPACITY, LayeredBloomFilter, TimestampedBloomFilter, layer_capacity
 from pidquota.conf.errors import CorruptStateError
 
@@ -13,7 +14,7 @@ def make(layers=4, fpr=0.01):
 
 def test_layer_sizing_matches_the_documented_worked_example():
     layer = TimestampedBloomFilter(100, 0.01, 0)
-    assert layer.shape == (7, 137)
+    assert layer.shape == (MIX64, 7, 137)
     assert layer.num_bits == 959
 
 
@@ -147,9 +148,11 @@ def test_round_trip_preserves_answers_and_times():
         (lambda b: b[:3] + bytes([9]) + b[4:], "version 9"),
         (lambda b: b[:-1], "truncated"),
         (lambda b: b + b"\0", "trailing"),
-        # the first layer's header starts at byte 28: capacity at +16, error rate at +44
-        (lambda b: b[:44] + (7).to_bytes(8, "little") + b[52:], "does not match its sizing"),
-        (lambda b: b[:72] + bytes(8) + b[80:], "invalid"),  # error rate 0.0
+        # the first layer's hash kind is byte 28, its header starts at 29:
+        # capacity at +16, error rate at +44
+        (lambda b: b[:28] + bytes([7]) + b[29:], "hash kind"),
+        (lambda b: b[:45] + (7).to_bytes(8, "little") + b[53:], "does not match its sizing"),
+        (lambda b: b[:73] + bytes(8) + b[81:], "invalid"),  # error rate 0.0
     ],
 )
 def test_corrupt_blobs_raise_a_clear_error(mangle, message):

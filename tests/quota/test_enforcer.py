@@ -216,4 +216,5 @@ def test_a_replay_remembers_what_it_throttles_and_the_bucket_heals_within_w():
     naive = PrincipalQuota(100, settings)
     naive.observe_batch(ts, pids, epochs)
     again = naive.observe_batch(after, np.arange(300, dtype=np.int64), np.zeros(300, dtype=np.int64))
-    assert sum(d.verdict == THROTTLE for d in again) == 75
+    # 75 unknown, less the few a false positive lets pass as known
+    assert 72 <= sum(d.verdict == THROTTLE for d in again) <= 75

@@ -1,0 +1,80 @@
+"""The Bloom layers' PID hash: a 64-bit mix and double hashing, in bulk and one at a time."""
+
+from __future__ import annotations
+
+import numpy as np
+
+_MASK = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+# kind of hash a layer was written with (stored per layer, bloom/layered.py)
+LEGACY = 0  # pybloom-live's own: hashlib per PID (layers written before version 2)
+MIX64 = 1  # this module's
+
+
+class Mix64:
+    """Bit positions of PIDs in a partitioned Bloom filter of ``k`` slices of ``s`` bits.
+
+    One 64-bit mix (SplitMix64's finalizer, a bijection on 64-bit words)
+    gives ``h1 = mix(pid)`` and ``h2 = mix(h1) | 1``. Slice ``i`` takes
+    ``x_i = h1 + i * h2 (mod 2^64)`` and maps its top 32 bits onto the slice,
+    ``pos_i = ((x_i >> 32) * s) >> 32`` (a multiply-shift in place of ``% s``),
+    at absolute bit ``i * s + pos_i``. Two hashes per PID serve every shape
+    (Kirsch and Mitzenmacher: double hashing keeps the false-positive rate of
+    k independent hashes), and numpy computes them for a whole batch at once,
+    where pybloom-live calls ``hashlib`` once per PID per probe.
+
+    Worked example, PID 7, k = 7, s = 137 (100 PIDs at 1%): ``h1 = mix(7)``,
+    ``h2 = mix(h1) | 1``; slice 0 sets bit ``(h1 >> 32) * 137 >> 32``, a
+    number in 0..136; slice 6 sets bit ``6 * 137 + ((h1 + 6 h2) >> 32) * 137 >> 32``.
+    :meth:`one` gives the same positions as :meth:`many` for the same PID.
+    """
+
+    @staticmethod
+    def _mix_np(x: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            z = x + np.uint64(_GOLDEN)
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(_M1)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(_M2)
+        return z ^ (z >> np.uint64(31))
+
+    @classmethod
+    def pair(cls, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(h1, h2)`` of each PID (uint64 arrays); computed once per batch."""
+        h1 = cls._mix_np(np.asarray(pids, dtype=np.int64).view(np.uint64))
+        return h1, cls._mix_np(h1) | np.uint64(1)
+
+    @staticmethod
+    def high(h1: np.ndarray, h2: np.ndarray, slices: int) -> np.ndarray:
+        """``x_i >> 32`` for each PID and slice: what every shape with ``slices`` shares."""
+        i = np.arange(slices, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            x = h1[:, None] + i[None, :] * h2[:, None]
+        x >>= np.uint64(32)
+        return x
+
+    @classmethod
+    def many(
+        cls, h1: np.ndarray, h2: np.ndarray, slices: int, per_slice: int, high: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Absolute bit positions, one row of ``slices`` per PID (int64); ``high``: :meth:`high`."""
+        i = np.arange(slices, dtype=np.uint64)
+        x = cls.high(h1, h2, slices) if high is None else high * np.uint64(1)
+        x *= np.uint64(per_slice)
+        x >>= np.uint64(32)
+        x += i * np.uint64(per_slice)
+        return x.view(np.int64)
+
+    @staticmethod
+    def _mix(x: int) -> int:
+        z = (x + _GOLDEN) & _MASK
+        z = ((z ^ (z >> 30)) * _M1) & _MASK
+        z = ((z ^ (z >> 27)) * _M2) & _MASK
+        return z ^ (z >> 31)
+
+    @classmethod
+    def one(cls, pid: int, slices: int, per_slice: int) -> tuple[int, ...]:
+        """The positions of one PID, as :meth:`many` gives them."""
+        h1 = cls._mix(pid & _MASK)
+        h2 = cls._mix(h1) | 1
+        return tuple(i * per_slice + ((((h1 + i * h2) & _MASK) >> 32) * per_slice >> 32) for i in range(slices))
