@@ -77,4 +77,6 @@ class Mix64:
         """The positions of one PID, as :meth:`many` gives them."""
         h1 = cls._mix(pid & _MASK)
         h2 = cls._mix(h1) | 1
-        return tuple(i * per_slice + ((((h1 + i * h2) & _MASK) >> 32) * per_slice >> 32) for i in range(slices))
+        return tuple(
+            i * per_slice + ((((h1 + i * h2) & _MASK) >> 32) * per_slice >> 32) for i in range(slices)
+        )

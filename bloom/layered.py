@@ -46,9 +46,7 @@ class PidHashes:
             self._range, self._cache = (a, b), {}
         pos = self._cache.get(layer.shape)
         if pos is None:
-            pos = self._cache[layer.shape] = layer.positions_many(
-                self.pids[a:b], self.h1[a:b], self.h2[a:b]
-            )
+            pos = self._cache[layer.shape] = layer.positions_many(self.pids[a:b], self.h1[a:b], self.h2[a:b])
         return pos
 
 
@@ -333,7 +331,9 @@ class LayeredBloomFilter:
         if magic != MAGIC:
             raise CorruptStateError(f"Bloom state has magic {magic!r}, expected {MAGIC!r}")
         if version not in (1, VERSION):
-            raise CorruptStateError(f"Bloom state has version {version}; this build reads versions 1 and {VERSION}")
+            raise CorruptStateError(
+                f"Bloom state has version {version}; this build reads versions 1 and {VERSION}"
+            )
         try:
             result = cls(window_ms, layer_count, rate)
         except ValueError as exc:

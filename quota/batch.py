@@ -191,7 +191,9 @@ class BatchJudge:
         return Decisions(self.pids[idx], self.epochs[idx], self.ts[idx], admitted, wait, tokens)
 
 
-def _covered(start: np.ndarray, pos: np.ndarray, written: np.ndarray, held0: np.ndarray, bits: int) -> np.ndarray:
+def _covered(
+    start: np.ndarray, pos: np.ndarray, written: np.ndarray, held0: np.ndarray, bits: int
+) -> np.ndarray:
     """Per sighting: are all its bits set by the start (``start``) or by a write before it?
 
     Each bit's first write is the smallest index among the writes that set

@@ -1,7 +1,7 @@
 import pytest
 
-from pidquota.bloom.hashing import MIX64
 from pidquota.bloom import MIN_LAYER_CAPACITY, LayeredBloomFilter, TimestampedBloomFilter, layer_capacity
+from pidquota.bloom.hashing import MIX64
 from pidquota.conf.errors import CorruptStateError
 
 W = 3_600_000  # 1 h
