@@ -108,6 +108,16 @@ class TimestampedBloomFilter:
             len(pids), self._bf.num_slices
         )
 
+    def buffer(self) -> np.ndarray:
+        """The bit array's bytes, as a writable numpy view (bits little-endian)."""
+        return np.frombuffer(self._bf.bitarray, dtype=np.uint8)
+
+    def has_many(self, pids: np.ndarray, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
+        """``pid in self`` for each PID (``h1, h2``: :meth:`Mix64.pair` of ``pids``)."""
+        if self.kind == MIX64:
+            return Mix64.member(self.buffer(), h1, h2, self._bf.num_slices, self._bf.bits_per_slice)
+        return self.bits_of(self.positions_many(pids, h1, h2)).all(axis=1)
+
     def bits_of(self, positions: np.ndarray) -> np.ndarray:
         """The bits at ``positions`` (any shape of int64 array), as booleans."""
         buf = np.frombuffer(self._bf.bitarray, dtype=np.uint8)

@@ -27,27 +27,21 @@ MAX_LAYER_CAPACITY = 1 << 24
 
 
 class PidHashes:
-    """A batch's PIDs, hashed once (:class:`Mix64`), and their positions per layer shape.
+    """A batch's PIDs, hashed once (:meth:`Mix64.pair`)."""
 
-    Positions are kept for one range of the batch at a time (``a:b``): the
-    batch judge asks for the same range across layers, then moves on.
-    """
-
-    __slots__ = ("pids", "h1", "h2", "_range", "_cache")
+    __slots__ = ("pids", "h1", "h2")
 
     def __init__(self, pids: np.ndarray) -> None:
         self.pids = pids
         self.h1, self.h2 = Mix64.pair(pids)
-        self._range: tuple[int, int] = (0, 0)
-        self._cache: dict = {}
 
-    def positions(self, layer: TimestampedBloomFilter, a: int, b: int) -> np.ndarray:
-        if self._range != (a, b):
-            self._range, self._cache = (a, b), {}
-        pos = self._cache.get(layer.shape)
-        if pos is None:
-            pos = self._cache[layer.shape] = layer.positions_many(self.pids[a:b], self.h1[a:b], self.h2[a:b])
-        return pos
+    def has(self, layer: TimestampedBloomFilter, rows) -> np.ndarray:
+        """Is each PID of ``rows`` (a slice or index array) in ``layer``?"""
+        return layer.has_many(self.pids[rows], self.h1[rows], self.h2[rows])
+
+    def positions(self, layer: TimestampedBloomFilter, rows) -> np.ndarray:
+        """The bit positions in ``layer`` of the PIDs of ``rows``, one row each."""
+        return layer.positions_many(self.pids[rows], self.h1[rows], self.h2[rows])
 
 
 def layer_capacity(rate: float) -> int:
@@ -176,11 +170,16 @@ class LayeredBloomFilter:
         """:meth:`contains` for sightings ``a:b`` of ``hashes`` at times ``now`` (non-decreasing),
         against the layers as they are (``skip_newest``: all but the newest)."""
         known = np.zeros(b - a, dtype=bool)
-        for layer in self.layers[:-1] if skip_newest else self.layers:
+        for layer in reversed(self.layers[:-1] if skip_newest else self.layers):
             deadline = layer.last_insert_ms + self.window_ms
             if now[0] > deadline:
                 continue  # dead for all of them
-            hit = layer.bits_of(hashes.positions(layer, a, b)).all(axis=1)
+            ask = np.flatnonzero(~known) if known.any() else None
+            if ask is None:
+                hit = hashes.has(layer, slice(a, b))
+            else:
+                hit = np.zeros(b - a, dtype=bool)
+                hit[ask] = hashes.has(layer, a + ask)
             if now[-1] > deadline:
                 hit &= now <= deadline
             known |= hit

@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from pidquota.bloom.hashing import Mix64
 from pidquota.bloom.layered import PidHashes
 from pidquota.quota.bucket_run import BucketRun
 from pidquota.quota.decision import Decisions
@@ -106,18 +107,16 @@ class BatchJudge:
         b = int(np.searchsorted(self.now, newest.created_ms + f.span_ms, side="left"))
         now = self.now[a:b]
         older = f.known_many(self.hashes, a, b, now, skip_newest=True)
-        pos = self.hashes.positions(newest, a, b)
-        start = newest.bits_of(pos)
-        held0 = start.all(axis=1)
+        held0 = self.hashes.has(newest, slice(a, b))
         room = newest.capacity - newest.count
         guess = held0
         for rnd in range(_ROUNDS):
             trial = self._trial(a, now, older, guess, room)
-            held = held0 | _covered(start, pos, trial.written, held0, newest.num_bits)
+            held = held0 | self._covered(newest, a, trial.written, held0)
             diff = np.flatnonzero(held[: trial.cut] != guess[: trial.cut])
             if not len(diff) or rnd == _ROUNDS - 1:
                 end = trial.cut if not len(diff) else int(diff[0])
-                return self._commit_writable(a, trial, end, pos, now)
+                return self._commit_writable(a, trial, end, now)
             guess = held
         raise AssertionError("unreachable")
 
@@ -132,7 +131,32 @@ class BatchJudge:
         cut = int(written[room - 1]) + 1 if len(written) >= room else len(now)
         return _Trial(known, unknown, run, inserts, written, cut)
 
-    def _commit_writable(self, a: int, trial: _Trial, end: int, pos: np.ndarray, now: np.ndarray) -> int:
+    def _covered(self, newest, a: int, written: np.ndarray, held0: np.ndarray) -> np.ndarray:
+        """Per sighting of ``a:``: are all its bits set at the start or by a write before it?
+
+        A bit's first write is the smallest index among the writes that set
+        it; a sighting is covered once the latest of its bits' first writes
+        is before it. Only the sightings whose bits are all set once every
+        write is done (one :meth:`Mix64.member` test) are looked at closely.
+        """
+        out = np.zeros(len(held0), dtype=bool)
+        if not len(written):
+            return out
+        ask = np.flatnonzero(~held0)
+        ask = ask[ask > written[0]]
+        if not len(ask):
+            return out
+        wrote = self.hashes.positions(newest, a + written)
+        after = newest.buffer().copy()
+        np.bitwise_or.at(after, wrote >> 3, np.left_shift(1, wrote & 7).astype(np.uint8))
+        hashes = self.hashes
+        slices, per_slice = newest.shape[1:]
+        ask = ask[Mix64.member(after, hashes.h1[a + ask], hashes.h2[a + ask], slices, per_slice)]
+        if len(ask):
+            out[ask] = _first_set(newest, hashes.positions(newest, a + ask), wrote, written) < ask
+        return out
+
+    def _commit_writable(self, a: int, trial: _Trial, end: int, now: np.ndarray) -> int:
         newest = self.q.filter.layers[-1]
         decided = int(np.searchsorted(trial.unknown, end))
         trial.run.commit(decided)
@@ -140,7 +164,8 @@ class BatchJudge:
         written = trial.written[: int(np.searchsorted(trial.written, end))]
         touched = np.flatnonzero(trial.known[:end] | trial.inserts[:end])
         if len(written):
-            newest.set_positions(pos[written], len(written), int(now[written[-1]]))
+            wrote = self.hashes.positions(newest, a + written)
+            newest.set_positions(wrote, len(written), int(now[written[-1]]))
         if len(touched):
             newest.touch(int(now[touched[-1]]))
         return a + end
@@ -191,25 +216,12 @@ class BatchJudge:
         return Decisions(self.pids[idx], self.epochs[idx], self.ts[idx], admitted, wait, tokens)
 
 
-def _covered(
-    start: np.ndarray, pos: np.ndarray, written: np.ndarray, held0: np.ndarray, bits: int
-) -> np.ndarray:
-    """Per sighting: are all its bits set by the start (``start``) or by a write before it?
-
-    Each bit's first write is the smallest index among the writes that set
-    it; a sighting is covered once the latest of its bits' first writes is
-    before it. (``bits``: the layer's size; the first writes are kept in an
-    array that size when it is small, else sorted by bit.)"""
-    out = np.zeros(len(held0), dtype=bool)
-    if not len(written):
-        return out
-    ask = np.flatnonzero(~held0)
-    ask = ask[ask > written[0]]
-    if not len(ask):
-        return out
-    k = pos.shape[1]
-    wrote, by = pos[written].ravel(), np.repeat(written, k)
-    want = pos[ask]
+def _first_set(newest, want: np.ndarray, wrote: np.ndarray, written: np.ndarray) -> np.ndarray:
+    """For each row of bit positions ``want``: the index of the write after which all of
+    them are set (-1: set at the start), given the writes ``written`` and their bits."""
+    by = np.repeat(written, wrote.shape[1])
+    wrote = wrote.ravel()
+    bits = newest.num_bits
     if bits <= _DENSE_BITS:
         table = np.full(bits, _NEVER, dtype=np.int64)
         np.minimum.at(table, wrote, by)
@@ -219,6 +231,5 @@ def _covered(
         by = by[first]
         at = np.minimum(np.searchsorted(by_bit, want), len(by_bit) - 1)
         set_by = np.where(by_bit[at] == want, by[at], _NEVER)
-    set_by = np.where(start[ask], -1, set_by)
-    out[ask] = set_by.max(axis=1) < ask
-    return out
+    set_by = np.where(newest.bits_of(want), -1, set_by)
+    return set_by.max(axis=1)
