@@ -64,7 +64,7 @@ class Mix64:
         in a layer filled to a fraction f of its bits, a PID that is not in it
         costs about 1 / (1 - f) bit tests instead of ``slices``."""
         n = len(h1)
-        bits = np.unpackbits(buf, bitorder="little") if len(buf) <= n else None
+        bits = np.unpackbits(buf, bitorder="little") if len(buf) <= n * slices else None
         idx = np.arange(n)
         a1, a2 = h1, h2
         for i in range(slices):

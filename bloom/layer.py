@@ -112,16 +112,14 @@ class TimestampedBloomFilter:
         """The bit array's bytes, as a writable numpy view (bits little-endian)."""
         return np.frombuffer(self._bf.bitarray, dtype=np.uint8)
 
-    def has_many(self, pids: np.ndarray, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
-        """``pid in self`` for each PID (``h1, h2``: :meth:`Mix64.pair` of ``pids``)."""
-        if self.kind == MIX64:
-            return Mix64.member(self.buffer(), h1, h2, self._bf.num_slices, self._bf.bits_per_slice)
-        return self.bits_of(self.positions_many(pids, h1, h2)).all(axis=1)
-
     def bits_of(self, positions: np.ndarray) -> np.ndarray:
         """The bits at ``positions`` (any shape of int64 array), as booleans."""
-        buf = np.frombuffer(self._bf.bitarray, dtype=np.uint8)
-        if self._bf.num_bits <= 8 * positions.size:  # unpacking costs less than shifting each
+        return self.bits_in(self.buffer(), positions)
+
+    @staticmethod
+    def bits_in(buf: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The bits of ``buf`` (a layer's bytes) at ``positions``, as booleans."""
+        if len(buf) <= positions.size:  # unpacking costs less than shifting each
             return np.unpackbits(buf, bitorder="little").view(bool)[positions]
         return ((buf[positions >> 3] >> (positions & 7).astype(np.uint8)) & 1).astype(bool)
 

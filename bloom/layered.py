@@ -22,26 +22,45 @@ _HEADER = struct.Struct("<3sBqIdI")
 # MAX_BASE_CAPACITY, so a huge quota does not allocate megabytes up front
 # (layers that fill up grow geometrically instead, see LayeredBloomFilter).
 MIN_LAYER_CAPACITY = 32
+# A batch keeps its PIDs' bit positions per layer shape up to this many (8 B each)
+_CACHED = 1 << 16
 MAX_BASE_CAPACITY = 65_536
 MAX_LAYER_CAPACITY = 1 << 24
 
 
 class PidHashes:
-    """A batch's PIDs, hashed once (:meth:`Mix64.pair`)."""
+    """A batch's PIDs, hashed once (:meth:`Mix64.pair`), and their bit positions.
 
-    __slots__ = ("pids", "h1", "h2")
+    A small batch (up to ``_CACHED`` bit positions per shape) keeps every
+    PID's positions per layer shape, so each further test is one gather; a
+    large one tests slice by slice (:meth:`Mix64.member`), computing only
+    the positions it needs.
+    """
+
+    __slots__ = ("pids", "h1", "h2", "_small", "_positions")
 
     def __init__(self, pids: np.ndarray) -> None:
         self.pids = pids
         self.h1, self.h2 = Mix64.pair(pids)
-
-    def has(self, layer: TimestampedBloomFilter, rows) -> np.ndarray:
-        """Is each PID of ``rows`` (a slice or index array) in ``layer``?"""
-        return layer.has_many(self.pids[rows], self.h1[rows], self.h2[rows])
+        self._small = len(pids) * 16 <= _CACHED
+        self._positions: dict[tuple[int, int, int], np.ndarray] = {}
 
     def positions(self, layer: TimestampedBloomFilter, rows) -> np.ndarray:
-        """The bit positions in ``layer`` of the PIDs of ``rows``, one row each."""
-        return layer.positions_many(self.pids[rows], self.h1[rows], self.h2[rows])
+        """The bit positions in ``layer`` of the PIDs of ``rows`` (a slice or indexes), one row each."""
+        if not self._small:
+            return layer.positions_many(self.pids[rows], self.h1[rows], self.h2[rows])
+        pos = self._positions.get(layer.shape)
+        if pos is None:
+            pos = self._positions[layer.shape] = layer.positions_many(self.pids, self.h1, self.h2)
+        return pos[rows]
+
+    def has(self, layer: TimestampedBloomFilter, rows, buffer: np.ndarray | None = None) -> np.ndarray:
+        """Is each PID of ``rows`` in ``layer`` (or in ``buffer``, bits of the layer's shape)?"""
+        buf = layer.buffer() if buffer is None else buffer
+        if self._small or layer.kind != MIX64:
+            return TimestampedBloomFilter.bits_in(buf, self.positions(layer, rows)).all(axis=1)
+        _, slices, per_slice = layer.shape
+        return Mix64.member(buf, self.h1[rows], self.h2[rows], slices, per_slice)
 
 
 def layer_capacity(rate: float) -> int:

@@ -6,7 +6,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pidquota.bloom.hashing import Mix64
 from pidquota.bloom.layered import PidHashes
 from pidquota.quota.bucket_run import BucketRun
 from pidquota.quota.decision import Decisions
@@ -137,7 +136,7 @@ class BatchJudge:
         A bit's first write is the smallest index among the writes that set
         it; a sighting is covered once the latest of its bits' first writes
         is before it. Only the sightings whose bits are all set once every
-        write is done (one :meth:`Mix64.member` test) are looked at closely.
+        write is done (one membership test) are looked at closely.
         """
         out = np.zeros(len(held0), dtype=bool)
         if not len(written):
@@ -149,11 +148,9 @@ class BatchJudge:
         wrote = self.hashes.positions(newest, a + written)
         after = newest.buffer().copy()
         np.bitwise_or.at(after, wrote >> 3, np.left_shift(1, wrote & 7).astype(np.uint8))
-        hashes = self.hashes
-        slices, per_slice = newest.shape[1:]
-        ask = ask[Mix64.member(after, hashes.h1[a + ask], hashes.h2[a + ask], slices, per_slice)]
+        ask = ask[self.hashes.has(newest, a + ask, after)]
         if len(ask):
-            out[ask] = _first_set(newest, hashes.positions(newest, a + ask), wrote, written) < ask
+            out[ask] = _first_set(newest, self.hashes.positions(newest, a + ask), wrote, written) < ask
         return out
 
     def _commit_writable(self, a: int, trial: _Trial, end: int, now: np.ndarray) -> int:

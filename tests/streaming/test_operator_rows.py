@@ -6,7 +6,7 @@ import numpy as np
 
 from pidquota.quota import ADMIT, THROTTLE, PrincipalQuota, QuotaSettings
 from pidquota.streaming.columns import KIND_METRIC
-from pidquota.streaming.operator import _INDEX, _judged_rows
+from pidquota.streaming.operator import _INDEX, _judged
 
 
 def test_a_batch_straddling_the_replay_end_counts_only_its_live_verdicts():
@@ -15,12 +15,13 @@ def test_a_batch_straddling_the_replay_end_counts_only_its_live_verdicts():
     # 4 new PIDs before the replay end (t = 1000), 3 after: R = 2 per minute admits 2, throttles the rest
     ts = np.array([0, 1, 2, 3, 1000, 1001, 1002], dtype=np.int64)
     pids = np.arange(7, dtype=np.int64)
-    decisions = quota.observe_batch(ts, pids, np.zeros(7, dtype=np.int64), 1000)
-    live = [d.verdict for d in decisions if d.timestamp >= 1000]
-    assert live == [THROTTLE] * 3 and [d.verdict for d in decisions[:2]] == [ADMIT] * 2
-    rows = _judged_rows("User:a", quota, decisions, len(ts), 0, False, replay_until=1000)
-    metric = next(r for r in rows if r[_INDEX["kind"]] == KIND_METRIC)
+    decisions = quota.judge_batch(ts, pids, np.zeros(7, dtype=np.int64), 1000)
+    rows = decisions.rows()
+    live = [d.verdict for d in rows if d.timestamp >= 1000]
+    assert live == [THROTTLE] * 3 and [d.verdict for d in rows[:2]] == [ADMIT] * 2
+    metric = _judged("User:a", quota, decisions, len(ts), 0, False, replay_until=1000).metrics
+    assert metric[_INDEX["kind"]] == KIND_METRIC
     got = {k: metric[_INDEX[k]] for k in ("events", "admitted", "throttled", "passed", "ignored")}
     assert got == {"events": 7, "admitted": 0, "throttled": 3, "passed": 4, "ignored": 0}
-    whole = _judged_rows("User:a", quota, decisions, len(ts), 0, False)[-1]
+    whole = _judged("User:a", quota, decisions, len(ts), 0, False).metrics
     assert (whole[_INDEX["admitted"]], whole[_INDEX["throttled"]]) == (2, 5)
