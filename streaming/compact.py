@@ -1,13 +1,12 @@
-"""Fold a micro-batch's events into one row per (principal, PID) before the shuffle.
+"""Fold a micro-batch's events into one row per principal before the shuffle.
 
 Spark's stateful pandas operator costs per row: every row is shuffled,
-serialised to the Python worker and turned into pandas. Most events are
-repeat sightings of a known PID, so each input partition first folds its
-events (in Arrow, vectorised: ``Table.group_by``) into one row per
-(principal, producer_id) carrying that PID's timestamps and epochs as
-arrays, and its newest timestamp (for the watermark). The operator
-unfolds them again, so the core sees exactly the same sightings and
-decides exactly the same; only the transport shrinks.
+serialised to the Python worker and turned into pandas. So each input
+partition first folds its events (in Arrow, vectorised: ``Table.group_by``)
+into one row per principal carrying its sightings' PIDs, timestamps and
+epochs as arrays (in step), and its newest timestamp (for the watermark).
+The operator unfolds them again, so the core sees exactly the same
+sightings and decides exactly the same; only the transport shrinks.
 Dead letters pass through unchanged.
 """
 
@@ -21,12 +20,13 @@ import pyarrow.compute as pc
 from pidquota.streaming.columns import DEAD_PRINCIPAL
 
 COMPACT_SCHEMA = (
-    "principal string, producer_id long, timestamps array<long>, epochs array<int>, dead string, max_ts long"
+    "principal string, producer_ids array<long>, timestamps array<long>, epochs array<int>, dead string, "
+    "max_ts long"
 )
 _OUT = pa.schema(
     [
         ("principal", pa.string()),
-        ("producer_id", pa.int64()),
+        ("producer_ids", pa.list_(pa.int64())),
         ("timestamps", pa.list_(pa.int64())),
         ("epochs", pa.list_(pa.int32())),
         ("dead", pa.string()),
@@ -46,7 +46,7 @@ def compact(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             yield pa.RecordBatch.from_arrays(
                 [
                     dead["principal"].combine_chunks(),
-                    pa.nulls(n, pa.int64()),
+                    pa.nulls(n, pa.list_(pa.int64())),
                     pa.nulls(n, pa.list_(pa.int64())),
                     pa.nulls(n, pa.list_(pa.int32())),
                     dead["dead"].combine_chunks(),
@@ -57,14 +57,14 @@ def compact(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         events = table.filter(pc.invert(is_dead))
         if not events.num_rows:
             continue
-        folded = events.group_by(["principal", "producer_id"], use_threads=False).aggregate(
-            [("timestamp", "list"), ("producer_epoch", "list"), ("timestamp", "max")]
+        folded = events.group_by(["principal"], use_threads=False).aggregate(
+            [("producer_id", "list"), ("timestamp", "list"), ("producer_epoch", "list"), ("timestamp", "max")]
         )
         n = folded.num_rows
         yield pa.RecordBatch.from_arrays(
             [
                 folded["principal"].combine_chunks(),
-                folded["producer_id"].combine_chunks(),
+                folded["producer_id_list"].combine_chunks(),
                 folded["timestamp_list"].combine_chunks().cast(pa.list_(pa.int64())),
                 folded["producer_epoch_list"].combine_chunks().cast(pa.list_(pa.int32())),
                 pa.nulls(n, pa.string()),

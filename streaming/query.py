@@ -13,18 +13,18 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from pidquota.conf.errors import ConfigError
 from pidquota.conf.loader import Config
 from pidquota.conf.paths import local_path
-from pidquota.quota import QuotaSettings, QuotaSource
+from pidquota.quota import ADMIT, THROTTLE, QuotaSettings, QuotaSource
 from pidquota.store.kafka import security_options
 from pidquota.streaming import stopping
-from pidquota.streaming.columns import DEAD_PRINCIPAL, KIND_DEAD, KIND_EVENT
+from pidquota.streaming.columns import DEAD_PRINCIPAL, KIND_DEAD, KIND_DECISION, KIND_EVENT
 from pidquota.streaming.compact import COMPACT_SCHEMA, compact
 from pidquota.streaming.operator import make_state_function
 from pidquota.streaming.parse import parse_events
-from pidquota.streaming.schema import OUTPUT_SCHEMA, STATE_SCHEMA
+from pidquota.streaming.schema import DECISION_FIELDS, OPERATOR_SCHEMA, OUTPUT_SCHEMA, STATE_SCHEMA
 from pidquota.streaming.screen import FOLDED, Screen
 from pidquota.streaming.screen import OPTION as SCREEN_OPTION
 
-COMPACT_COLUMNS = ("principal", "producer_id", "timestamps", "epochs", "dead")
+COMPACT_COLUMNS = ("principal", "producer_ids", "timestamps", "epochs", "dead")
 
 # Spark drops rows older than the watermark before a stateful operator with
 # event-time timeouts, silently. The contract instead judges late events at
@@ -143,8 +143,8 @@ def kafka_source(spark, url, config, stop_flag: str = "", screen: int = 0) -> Da
 
 
 def screened(lines: DataFrame, max_principal: int) -> DataFrame:
-    """Lines to the operator's input: one row per (principal, PID) with its
-    sightings (``COMPACT_SCHEMA``), or a dead letter, plus ``max_ts``.
+    """Lines to the operator's input: one row per principal with its sightings
+    (``COMPACT_SCHEMA``), or a dead letter, plus ``max_ts``.
 
     Plain events are certified and folded in Arrow (``streaming/screen.py``);
     every other line takes Spark's strict parse, whose expressions see NULL
@@ -167,7 +167,7 @@ def screened(lines: DataFrame, max_principal: int) -> DataFrame:
     dead = dead.otherwise(F.col("f_dead"))  # judged by the source itself (streaming/request_log.py)
     return parsed.select(
         F.when(check, F.col("principal")).otherwise(F.col("f_principal")).alias("principal"),
-        F.when(check, F.col("producer_id")).otherwise(F.col("f_producer_id")).alias("producer_id"),
+        F.when(event, F.array("producer_id")).otherwise(F.col("f_producer_ids")).alias("producer_ids"),
         F.when(event, F.array("timestamp")).otherwise(F.col("f_timestamps")).alias("timestamps"),
         F.when(event, F.array("producer_epoch")).otherwise(F.col("f_epochs")).alias("epochs"),
         dead.alias("dead"),
@@ -213,13 +213,38 @@ def enforcer(
     guard = F.lit(None).cast("timestamp").alias("late_guard", metadata={"spark.watermarkDelayMs": delay})
     judge = make_state_function(quotas, QuotaSettings.from_config(config), replay_until)
     group = state_group(config["pidquota.state.buckets"]).alias("group")
-    return (
+    judged = (
         folded.select(group, *COMPACT_COLUMNS, guard)
         .groupBy("group")
         .applyInPandasWithState(
-            judge, OUTPUT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
+            judge, OPERATOR_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
         )
     )
+    return decision_rows(judged)
+
+
+def decision_rows(judged: DataFrame) -> DataFrame:
+    """The operator's rows (``OPERATOR_SCHEMA``) as output rows (``OUTPUT_SCHEMA``): a row
+    carrying ``n`` verdicts in its ``d_`` arrays becomes those ``n`` decision rows (its
+    principal and quota), then itself. Exploding in the JVM costs next to nothing per
+    verdict, where building the rows in pandas cost microseconds each."""
+    n = F.coalesce(F.size("d_producer_id"), F.lit(0))
+    rows = judged.select("*", F.explode(F.sequence(F.lit(0), n)).alias("_i"))
+    own = F.col("_i") == n
+
+    def pick(name: str):
+        if name == "kind":
+            return F.when(own, F.col(name)).otherwise(F.lit(KIND_DECISION))
+        if name == "verdict":
+            verdict = F.when(F.col("d_admitted")[F.col("_i")], F.lit(ADMIT)).otherwise(F.lit(THROTTLE))
+            return F.when(own, F.col(name)).otherwise(verdict)
+        if name in DECISION_FIELDS and name != "admitted":  # a metrics count by that name is null
+            return F.when(own, F.col(name)).otherwise(F.col(f"d_{name}")[F.col("_i")])
+        if name in ("principal", "quota"):
+            return F.col(name)
+        return F.when(own, F.col(name))
+
+    return rows.select(*(pick(f.name).cast(f.dataType).alias(f.name) for f in OUTPUT_SCHEMA.fields))
 
 
 def start(output: DataFrame, sink, checkpoint: str, once: bool, trigger_ms: int, name: str = "pidquota"):

@@ -20,6 +20,7 @@ partition      int32    no       a partition of the request
 from __future__ import annotations
 
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     BooleanType,
     DoubleType,
@@ -85,6 +86,23 @@ OUTPUT_SCHEMA = StructType(
     ]
 )
 OUTPUT_COLUMNS = tuple(f.name for f in OUTPUT_SCHEMA.fields)
+
+# The stateful operator's own rows: the output's, and on a principal's metrics row its
+# batch's verdicts as arrays (``d_`` + a decision column), which the query turns into
+# decision rows in the JVM (``streaming/query.py``): Python then builds one row per
+# principal, not one per verdict.
+DECISION_FIELDS = ("producer_id", "producer_epoch", "timestamp", "admitted", "throttle_time_ms", "tokens")
+_DECISION_TYPES = {"admitted": BooleanType()}
+OPERATOR_SCHEMA = StructType(
+    [
+        *OUTPUT_SCHEMA.fields,
+        *(
+            StructField(f"d_{name}", ArrayType(_DECISION_TYPES.get(name) or OUTPUT_SCHEMA[name].dataType))
+            for name in DECISION_FIELDS
+        ),
+    ]
+)
+OPERATOR_COLUMNS = tuple(f.name for f in OPERATOR_SCHEMA.fields)
 
 # Per-principal state: one versioned blob (PySpark 4.3 cannot take arrays here).
 STATE_SCHEMA = StructType([StructField("blob", BinaryType())])

@@ -68,7 +68,7 @@ _READ_SCHEMA = pa.schema(
 _BOUNDS = {name: bounds for name, _, _, bounds in EVENT_FIELDS if bounds}
 FOLDED = (
     ("f_principal", pa.string()),
-    ("f_producer_id", pa.int64()),
+    ("f_producer_ids", pa.list_(pa.int64())),
     ("f_timestamps", pa.list_(pa.int64())),
     ("f_epochs", pa.list_(pa.int32())),
     ("f_max_ts", pa.int64()),
@@ -156,9 +156,11 @@ def _certified(table: pa.Table, fallback: pa.Array | None, max_principal: int) -
 
 
 def fold(events: pa.Table) -> pa.Table:
-    """One row per (principal, PID): its timestamps and epochs, and the newest timestamp."""
-    folded = events.group_by(["principal", "producer_id"], use_threads=False).aggregate(
-        [("timestamp", "list"), ("producer_epoch", "list"), ("timestamp", "max")]
+    """One row per principal: its sightings' PIDs, timestamps and epochs (in step), and
+    the newest timestamp. A batch's rows then cost per principal, not per event, on
+    their way through Spark's shuffle and into the stateful operator's pandas."""
+    folded = events.group_by(["principal"], use_threads=False).aggregate(
+        [("producer_id", "list"), ("timestamp", "list"), ("producer_epoch", "list"), ("timestamp", "max")]
     )
     return folded
 
@@ -168,7 +170,7 @@ def folded_batch(folded: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
     n = folded.num_rows
     cols = [
         folded["principal"],
-        folded["producer_id"],
+        folded["producer_id_list"],
         folded["timestamp_list"],
         folded["producer_epoch_list"],
         folded["timestamp_max"],

@@ -110,8 +110,8 @@ def test_control_batches_and_batches_without_a_pid_are_counted_and_sightings_fol
     ]
     out = list(AuditScreen(Owners({"ord*": "User:a"})).screen(_headers(rows)))
     folded, counts = out[0].to_pylist(), out[1].to_pylist()
-    assert [(r["f_principal"], r["f_producer_id"], r["f_timestamps"], r["f_epochs"]) for r in folded] == [
-        ("User:a", 7, [T0, T0 + 9], [0, 1])
+    assert [(r["f_principal"], r["f_producer_ids"], r["f_timestamps"], r["f_epochs"]) for r in folded] == [
+        ("User:a", [7, 7], [T0, T0 + 9], [0, 1])
     ]
     assert json.loads(counts[0]["f_dead"]) == {
         "skipped": {CONTROL_BATCH: 1, LEGACY: 1, NO_PRODUCER_ID: 1, NO_TIMESTAMP: 1}

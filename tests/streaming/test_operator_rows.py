@@ -19,9 +19,9 @@ def test_a_batch_straddling_the_replay_end_counts_only_its_live_verdicts():
     rows = decisions.rows()
     live = [d.verdict for d in rows if d.timestamp >= 1000]
     assert live == [THROTTLE] * 3 and [d.verdict for d in rows[:2]] == [ADMIT] * 2
-    metric = _judged("User:a", quota, decisions, len(ts), 0, False, replay_until=1000).metrics
+    metric = _judged("User:a", quota, decisions, len(ts), 0, False, replay_until=1000)
     assert metric[_INDEX["kind"]] == KIND_METRIC
     got = {k: metric[_INDEX[k]] for k in ("events", "admitted", "throttled", "passed", "ignored")}
     assert got == {"events": 7, "admitted": 0, "throttled": 3, "passed": 4, "ignored": 0}
-    whole = _judged("User:a", quota, decisions, len(ts), 0, False).metrics
+    whole = _judged("User:a", quota, decisions, len(ts), 0, False)
     assert (whole[_INDEX["admitted"]], whole[_INDEX["throttled"]]) == (2, 5)

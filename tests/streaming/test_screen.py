@@ -79,7 +79,7 @@ def split(screen, b):
                 n = len(row["f_timestamps"])
                 assert row["f_max_ts"] == max(row["f_timestamps"])
                 seen += zip(  # noqa: B905
-                    [row["f_principal"]] * n, [row["f_producer_id"]] * n, row["f_timestamps"], row["f_epochs"]
+                    [row["f_principal"]] * n, row["f_producer_ids"], row["f_timestamps"], row["f_epochs"]
                 )
     return Counter(seen), unchecked
 
@@ -122,8 +122,8 @@ def _rows(spark, frame):
             d = json.loads(r.dead)
             dead[(d["raw"], d["reason"], d.get("source"))] += 1
         else:
-            for t, e in zip(r.timestamps, r.epochs, strict=True):
-                events[(r.principal, r.producer_id, int(t), int(e))] += 1
+            for p, t, e in zip(r.producer_ids, r.timestamps, r.epochs, strict=True):
+                events[(r.principal, int(p), int(t), int(e))] += 1
             assert r.max_ts == max(r.timestamps)
     return events, dead
 
