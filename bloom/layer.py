@@ -100,10 +100,10 @@ class TimestampedBloomFilter:
             return Mix64.one(pid, self._bf.num_slices, step)
         return tuple(i * step + h for i, h in enumerate(self._bf.make_hashes(pid)))
 
-    def positions_many(self, pids: np.ndarray, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
-        """Bit positions of many PIDs, one row each (``h1, h2``: :meth:`Mix64.pair` of ``pids``)."""
+    def positions_many(self, pids: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+        """Bit positions of many PIDs, one row each (``seeds``: :meth:`Mix64.seeds` of ``pids``)."""
         if self.kind == MIX64:
-            return Mix64.many(h1, h2, self._bf.num_slices, self._bf.bits_per_slice)
+            return Mix64.many(seeds, self._bf.num_slices, self._bf.bits_per_slice)
         return np.array([self.positions(p) for p in pids.tolist()], dtype=np.int64).reshape(
             len(pids), self._bf.num_slices
         )

@@ -29,7 +29,7 @@ MAX_LAYER_CAPACITY = 1 << 24
 
 
 class PidHashes:
-    """A batch's PIDs, hashed once (:meth:`Mix64.pair`), and their bit positions.
+    """A batch's PIDs, hashed once (:meth:`Mix64.seeds`), and their bit positions.
 
     A small batch (up to ``_CACHED`` bit positions per shape) keeps every
     PID's positions per layer shape, so each further test is one gather; a
@@ -37,21 +37,21 @@ class PidHashes:
     the positions it needs.
     """
 
-    __slots__ = ("pids", "h1", "h2", "_small", "_positions")
+    __slots__ = ("pids", "seeds", "_small", "_positions")
 
     def __init__(self, pids: np.ndarray) -> None:
         self.pids = pids
-        self.h1, self.h2 = Mix64.pair(pids)
+        self.seeds = Mix64.seeds(pids)
         self._small = len(pids) * 16 <= _CACHED
         self._positions: dict[tuple[int, int, int], np.ndarray] = {}
 
     def positions(self, layer: TimestampedBloomFilter, rows) -> np.ndarray:
         """The bit positions in ``layer`` of the PIDs of ``rows`` (a slice or indexes), one row each."""
         if not self._small:
-            return layer.positions_many(self.pids[rows], self.h1[rows], self.h2[rows])
+            return layer.positions_many(self.pids[rows], self.seeds[rows])
         pos = self._positions.get(layer.shape)
         if pos is None:
-            pos = self._positions[layer.shape] = layer.positions_many(self.pids, self.h1, self.h2)
+            pos = self._positions[layer.shape] = layer.positions_many(self.pids, self.seeds)
         return pos[rows]
 
     def has(self, layer: TimestampedBloomFilter, rows, buffer: np.ndarray | None = None) -> np.ndarray:
@@ -60,7 +60,7 @@ class PidHashes:
         if self._small or layer.kind != MIX64:
             return TimestampedBloomFilter.bits_in(buf, self.positions(layer, rows)).all(axis=1)
         _, slices, per_slice = layer.shape
-        return Mix64.member(buf, self.h1[rows], self.h2[rows], slices, per_slice)
+        return Mix64.member(buf, self.seeds[rows], slices, per_slice)
 
 
 def layer_capacity(rate: float) -> int:
