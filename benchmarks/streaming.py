@@ -6,6 +6,8 @@ Each input is ``--events`` JSON-lines events in ``--files`` files, read one
 file per micro-batch (availableNow) in one SparkSession. For each input it
 prints events/s of:
 
+- **read, Spark text**: Spark's own text source into a noop sink (what a Spark
+  user's read costs);
 - **read**: pidquota's file source into a noop sink (the read ceiling);
 - **parse, strict**: every line through Spark's strict VARIANT parse, noop sink
   (the parse before the screen);
@@ -21,7 +23,11 @@ prints events/s of:
 
 then enforcer/native (the headline ratio), the batch times, and the state's
 size at the end. Two inputs: realistic PID reuse, and a flood where every
-event is a new PID. Asserts nothing.
+event is a new PID. Last, the rows of issue 23's table this run measures:
+both ratios, pidquota's file source against Spark's text source, and the quota
+core alone on a flood (``benchmarks/core.py``'s, one principal, one core).
+Kafka input, latency and 1M principals have their own scripts
+(``kafka_read.py``, ``latency.py``, ``state_scale.py``). Asserts nothing.
 """
 
 from __future__ import annotations
@@ -29,14 +35,18 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from pidquota.conf.loader import Config, load
-from pidquota.quota import StaticQuotas
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* from the root
+
+from benchmarks import core  # noqa: E402
+from pidquota.conf.loader import Config, load  # noqa: E402
+from pidquota.quota import StaticQuotas  # noqa: E402
 
 EVENT_SCHEMA = "timestamp long, principal string, producer_id long, producer_epoch int"
 
@@ -78,6 +88,9 @@ def native(lines, config):
     )
 
 
+TEXT = "text"  # a stage that reads with Spark's text source instead of pidquota's
+
+
 def stages(config, quotas):
     """name -> (frame builder from lines, uses the real sink, the source screens its lines)."""
     from pidquota.streaming import query as q
@@ -85,6 +98,7 @@ def stages(config, quotas):
     max_principal = config["pidquota.principal.max.length"]
     before = Config({**config.values, "pidquota.state.buckets": 0}, config.origins)
     return {
+        "read, Spark text": (lambda lines: lines, False, TEXT),
         "read": (lambda lines: lines, False, False),
         "parse, strict": (lambda lines: q.strict(lines, max_principal), False, False),
         "parse": (lambda lines: q.screened(lines, max_principal), False, True),
@@ -99,9 +113,13 @@ def run_stage(spark, config, name: str, stage: tuple, folder: Path, work: Path) 
     from pidquota.streaming.outputs.sink import JsonlSink
 
     build, real_sink, screened = stage
-    out = work / f"{folder.name}-{name.replace(', ', '-')}"
-    screen = config["pidquota.principal.max.length"] if screened else 0  # as the CLI does
-    frame = build(q.file_source(spark, str(folder), 1, str(out / "_ck"), screen=screen))
+    out = work / f"{folder.name}-{name.replace(', ', '-').replace(' ', '-')}"
+    if screened == TEXT:
+        lines = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(folder))
+    else:
+        screen = config["pidquota.principal.max.length"] if screened else 0  # as the CLI does
+        lines = q.file_source(spark, str(folder), 1, str(out / "_ck"), screen=screen)
+    frame = build(lines)
     writer = frame.writeStream.option("checkpointLocation", str(out / "_ck")).trigger(availableNow=True)
     if real_sink:
         writer = writer.foreachBatch(JsonlSink(out))
@@ -129,7 +147,7 @@ def _decisions(out: Path) -> list[str]:
     return sorted(rows)
 
 
-def report(name: str, n: int, res: dict) -> None:
+def report(name: str, n: int, res: dict) -> dict[str, float]:
     print(f"\n[{name}]")
     for stage, r in res.items():
         p50, p99 = np.percentile(r["durations"], 50), np.percentile(r["durations"], 99)
@@ -146,6 +164,33 @@ def report(name: str, n: int, res: dict) -> None:
     same = res["enforcer"]["decisions"] == res["enforcer, before"]["decisions"]
     print(f"  enforcer / enforcer before: {rate['enforcer'] / rate['enforcer, before']:.2f}")
     print(f"  decisions identical to before: {same} ({len(res['enforcer']['decisions']):,} decisions)")
+    return rate
+
+
+def core_flood(n: int) -> float:
+    """The quota core alone on a flood (one principal, R = 100 per hour): sightings/s, one core."""
+    ts, pids, epochs = core.flood(n)
+    q = core.PrincipalQuota(100, core.S)
+    start = time.perf_counter()
+    for i in range(0, n, 50_000):
+        q = core.PrincipalQuota.from_bytes(q.to_bytes(), core.S) if i else q  # as the stream does
+        q.judge_batch(ts[i : i + 50_000], pids[i : i + 50_000], epochs[i : i + 50_000])
+    return n / (time.perf_counter() - start)
+
+
+def table(rates: dict[str, dict[str, float]], core_rate: float) -> None:
+    """The rows of issue 23's table this run measures, with their targets."""
+    flood, real = rates["flood"], rates["realistic"]
+    read = min(r["read"] / r["read, Spark text"] for r in rates.values())
+    print("\n[issue 23's table: measured here]")
+    print(
+        f"  flood: enforcer / native                      {flood['enforcer'] / flood['native']:6.2f}   target >= 1.0"
+    )
+    print(
+        f"  realistic: enforcer / native                  {real['enforcer'] / real['native']:6.2f}   target >= 1.2"
+    )
+    print(f"  pidquota's file source / Spark's text (worse) {read:6.2f}   target >= 0.9")
+    print(f"  quota core alone, flood, sightings/s, 1 core  {core_rate / 1e6:6.2f}M  target >= 2M")
 
 
 def main() -> None:
@@ -168,13 +213,15 @@ def main() -> None:
         write_input(warm, 20_000, 2, flood=False)
         for name, stage in stages(config, quotas).items():
             run_stage(spark, config, name, stage, warm, work)
+        rates = {}
         for name, flood in (("realistic", False), ("flood", True)):
             folder = work / name
             write_input(folder, args.events, args.files, flood)
             res = {
                 k: run_stage(spark, config, k, st, folder, work) for k, st in stages(config, quotas).items()
             }
-            report(name, args.events, res)
+            rates[name] = report(name, args.events, res)
+        table(rates, core_flood(args.events))
     finally:
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()
