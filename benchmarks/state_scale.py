@@ -1,6 +1,7 @@
 """State at scale: Spark's two state stores with 10k and 100k active principals.
 
-    python benchmarks/state_scale.py [--principals 10000 100000] [--batches 5]
+    python benchmarks/state_scale.py [--principals 10000 100000] [--batches 5] [--touch 1.0]
+    python benchmarks/state_scale.py --principals 1000000 --stores rocksdb --batches 4 --touch 0.01
 
 For each state store (``pidquota.state.store``: ``hdfs``, Spark's default
 HDFS-backed store; ``rocksdb``, RocksDB with changelog checkpointing) and each
@@ -8,12 +9,17 @@ number of principals, one fresh process (one JVM, local[2], Spark's default
 1 GiB driver memory) runs the enforcer on ``--batches`` files, one file (one
 minute of event time) per micro-batch. Every principal sends in every batch:
 its two long-lived producers and one new PID, so every principal's state
-changes every batch (the worst case for checkpoint writes). Printed per run:
+changes every batch (the worst case for checkpoint writes). With ``--touch F``
+every principal sends in the first batch only, and a random fraction F of them
+(a different one each time) in each later batch: the 1M-principal case of
+issue 23, where a batch touching 1% should write about 1% of the state.
+Printed per run:
 
 - the median batch time (``triggerExecution``) after the first batch;
 - the state on disk at the end (``CHECKPOINT/state``) and what each batch adds
   to the checkpoint (its delta or changelog files; RocksDB's snapshots
-  separately, as the maintenance thread uploads them);
+  separately, as the maintenance thread uploads them), also as a share of the
+  first batch's (which writes every principal's state);
 - the JVM's heap in use after a GC, and its resident size (in local mode the
   driver and the executor are this one JVM), and the Python workers' memory
   (proportional set size: the pages forked workers share are counted once);
@@ -43,14 +49,21 @@ T0 = 1_767_225_600_000
 _VERSIONED = re.compile(r"^(\d+)\.(delta|snapshot|changelog|zip)$")
 
 
-def write_input(folder: Path, principals: int, batches: int) -> int:
-    """One file per batch: each principal's two long-lived PIDs and one new PID."""
+def write_input(folder: Path, principals: int, batches: int, touch: float = 1.0) -> int:
+    """One file per batch: each principal's two long-lived PIDs and one new PID (after
+    the first batch, only a random fraction ``touch`` of the principals)."""
+    import numpy as np
+
     folder.mkdir(parents=True)
+    rng = np.random.default_rng(3)
     n = 0
     for b in range(batches):
+        who = range(principals)
+        if b and touch < 1.0:
+            who = sorted(rng.choice(principals, max(1, int(principals * touch)), replace=False).tolist())
         with open(folder / f"part-{b:03d}.jsonl", "w") as f:
             t = T0 + b * 60_000
-            for p in range(principals):
+            for p in who:
                 for k, pid in enumerate((p * 1000, p * 1000 + 1, p * 1000 + 2 + b)):
                     f.write(f'{{"timestamp":{t + k},"principal":"User:u{p}","producer_id":{pid}}}\n')
                     n += 1
@@ -108,7 +121,7 @@ def per_batch_files(state: Path) -> tuple[dict[int, int], int]:
     return by_version, other
 
 
-def one_run(store: str, principals: int, batches: int) -> dict:
+def one_run(store: str, principals: int, batches: int, touch: float = 1.0) -> dict:
     """The enforcer on a fresh input, in this process: the numbers of one table row."""
     from pidquota.conf.loader import load
     from pidquota.quota import StaticQuotas
@@ -118,7 +131,7 @@ def one_run(store: str, principals: int, batches: int) -> dict:
 
     work = Path(tempfile.mkdtemp(prefix=f"pidquota-state-{store}-"))
     try:
-        events = write_input(work / "in", principals, batches)
+        events = write_input(work / "in", principals, batches, touch)
         config = load(environ={}, overrides={"pidquota.state.store": store})
         spark = spark_session(config)
         quotas = StaticQuotas.from_file(config.quotas_path())
@@ -144,10 +157,14 @@ def one_run(store: str, principals: int, batches: int) -> dict:
             "store": store,
             "principals": principals,
             "events": events,
+            "touch": touch,
             "batches": len(progress),
             "batch_ms": statistics.median(p["durationMs"]["triggerExecution"] for p in progress[1:]),
             "state_disk": folder_bytes(ck / "state"),
-            "per_batch": statistics.median(by_version.values()) if by_version else 0,
+            "per_batch": statistics.median(v for k, v in by_version.items() if k > 1)
+            if len(by_version) > 1
+            else 0,
+            "first_batch": by_version.get(1, 0),
             "snapshots": other,
             "heap": heap,
             "jvm_rss": rss_kib(jvm_pid) * 1024,
@@ -167,14 +184,16 @@ def mib(n) -> str:
 
 def print_table(rows: list[dict]) -> None:
     print(
-        "| store | principals | events/batch | batch time (median) | state on disk | checkpoint per batch "
-        "| snapshots (SST) | JVM heap after GC | JVM RSS | Python workers (PSS) | Spark memoryUsedBytes |"
+        "| store | principals | touched per batch | batch time (median) | state on disk | checkpoint per batch "
+        "| of the first batch's | snapshots (SST) | JVM heap after GC | JVM RSS | Python workers (PSS) "
+        "| Spark memoryUsedBytes |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        share = f"{r['per_batch'] / r['first_batch']:.0%}" if r.get("first_batch") else "-"
         print(
-            f"| {r['store']} | {r['principals']:,} | {r['events'] // r['batches']:,} | {r['batch_ms'] / 1000:.1f} s "
-            f"| {mib(r['state_disk'])} | {mib(r['per_batch'])} | {mib(r['snapshots'])} | {mib(r['heap'])} "
+            f"| {r['store']} | {r['principals']:,} | {r['touch']:.0%} | {r['batch_ms'] / 1000:.1f} s "
+            f"| {mib(r['state_disk'])} | {mib(r['per_batch'])} | {share} | {mib(r['snapshots'])} | {mib(r['heap'])} "
             f"| {mib(r['jvm_rss'])} | {mib(r['python_rss'])} | {mib(r['state_memory'])} |"
         )
 
@@ -205,15 +224,20 @@ def main() -> None:
     ap.add_argument("--principals", type=int, nargs="+", default=[10_000, 100_000])
     ap.add_argument("--batches", type=int, default=5)
     ap.add_argument("--stores", nargs="+", default=["hdfs", "rocksdb"])
+    ap.add_argument(
+        "--touch", type=float, default=1.0, help="share of principals in each batch after the first"
+    )
     ap.add_argument("--one", nargs=2, metavar=("STORE", "PRINCIPALS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print("RESULT " + json.dumps(one_run(args.one[0], int(args.one[1]), args.batches)), flush=True)
+        result = one_run(args.one[0], int(args.one[1]), args.batches, args.touch)
+        print("RESULT " + json.dumps(result), flush=True)
         return
     rows = []
     for principals in args.principals:
         for store in args.stores:
             cmd = [sys.executable, __file__, "--one", store, str(principals), "--batches", str(args.batches)]
+            cmd += ["--touch", str(args.touch)]
             done = subprocess.run(cmd, capture_output=True, text=True)
             result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
             if not result:

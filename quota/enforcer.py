@@ -180,7 +180,31 @@ class PrincipalQuota:
             first[1:] = (ts[1:] != ts[:-1]) | (pids[1:] != pids[:-1])
             ts, pids, epochs = ts[first], pids[first], epochs[first]
         replayed = 0 if replay_until is None else int(np.searchsorted(ts, replay_until))  # ts is sorted
+        if _one_by_one_is_cheaper(len(ts), len(np.unique(pids))):
+            return self._judge_one_by_one(ts, pids, epochs, replayed)
         return BatchJudge(self, ts, pids, epochs, replayed).run()
+
+    def _judge_one_by_one(
+        self, ts: np.ndarray, pids: np.ndarray, epochs: np.ndarray, replayed: int
+    ) -> Decisions:
+        """:meth:`observe` over sorted, deduplicated sightings, as columns."""
+        observe = self.observe
+        rows = []
+        for k, (t, p, e) in enumerate(zip(ts.tolist(), pids.tolist(), epochs.tolist(), strict=True)):
+            d = observe(t, p, e, k < replayed)
+            if d is not None:
+                rows.append(d)
+        if not rows:
+            return Decisions.empty()
+        pid, epoch, t, verdict, wait, tokens = zip(*rows, strict=True)
+        return Decisions(
+            np.array(pid, dtype=np.int64),
+            np.array(epoch, dtype=np.int64),
+            np.array(t, dtype=np.int64),
+            np.array([v == ADMIT for v in verdict], dtype=bool),
+            np.array(wait, dtype=np.int64),
+            np.array(tokens, dtype=np.float64),
+        )
 
     def observe_batch(
         self,
@@ -282,6 +306,16 @@ class PrincipalQuota:
         )
         state.filter = bloom
         return state
+
+
+def _one_by_one_is_cheaper(sightings: int, distinct: int) -> bool:
+    """Whether :meth:`PrincipalQuota.observe` per sighting costs less than a
+    :class:`BatchJudge`, by a measured model (one core, microseconds): one at a
+    time costs ~0.6 per sighting of a PID already met in the batch and ~25 per
+    PID met first (it is hashed and probed), the batch judge ~600 whatever the
+    size. A steady principal (200 sightings of 10 PIDs, ~370 us) goes one at a
+    time; a flood (200 new PIDs, ~5 ms one at a time) goes in a batch."""
+    return 0.6 * sightings + 25 * distinct < 600
 
 
 class _Header(NamedTuple):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pidquota.bloom.hashing import LEGACY, MIX64
-from pidquota.quota import PrincipalQuota, QuotaSettings
+from pidquota.quota import PrincipalQuota, QuotaSettings, enforcer
 from pidquota.quota.bucket import TokenBucket
 from pidquota.quota.bucket_run import BucketRun
 
@@ -54,8 +54,15 @@ def case(seed):
     return rng, settings, rate, (ts, pids, epochs), replay_until
 
 
+@pytest.fixture
+def batch_judge(monkeypatch):
+    """Every batch through the batch judge, however small (judge_batch takes the
+    cheaper of the two ways, and both must decide the same)."""
+    monkeypatch.setattr(enforcer, "_one_by_one_is_cheaper", lambda sightings, distinct: False)
+
+
 @pytest.mark.parametrize("seed", range(60))
-def test_a_batch_decides_as_one_sighting_at_a_time(seed):
+def test_a_batch_decides_as_one_sighting_at_a_time(seed, batch_judge):
     rng, settings, rate, (ts, pids, epochs), replay_until = case(seed)
     batch, single = PrincipalQuota(rate, settings), PrincipalQuota(rate, settings)
     for chunk in np.array_split(np.arange(len(ts)), int(rng.integers(1, 6))):
@@ -75,7 +82,7 @@ def test_a_batch_decides_as_one_sighting_at_a_time(seed):
     assert live_layers(batch) == live_layers(single)
 
 
-def test_the_cases_reach_every_path():
+def test_the_cases_reach_every_path(batch_judge):
     """The random cases above are not all easy: collisions, full layers and rolls happen."""
     rolls = throttled = replayed = 0
     for seed in range(60):
@@ -86,6 +93,11 @@ def test_the_cases_reach_every_path():
         replayed += replay_until is not None
         rolls += len(q.filter) > 1
     assert rolls > 20 and throttled > 1000 and replayed > 5
+
+
+def test_small_steady_batches_go_one_at_a_time_and_floods_in_a_batch():
+    assert enforcer._one_by_one_is_cheaper(200, 10)
+    assert not enforcer._one_by_one_is_cheaper(200, 200)
 
 
 def test_columns_equal_the_list():
