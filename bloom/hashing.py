@@ -1,4 +1,4 @@
-"""The Bloom layers' PID hash: a 64-bit mix and double hashing, in bulk and one at a time."""
+"""The Bloom layers' PID hash: a 64-bit mix per slice, in bulk (numpy) and one at a time."""
 
 from __future__ import annotations
 

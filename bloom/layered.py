@@ -22,8 +22,9 @@ _HEADER = struct.Struct("<3sBqIdI")
 # MAX_BASE_CAPACITY, so a huge quota does not allocate megabytes up front
 # (layers that fill up grow geometrically instead, see LayeredBloomFilter).
 MIN_LAYER_CAPACITY = 32
-# A batch keeps its PIDs' bit positions per layer shape up to this many (8 B each)
-_CACHED = 1 << 16
+# A batch of up to this many PIDs keeps their bit positions per layer shape (8 B each,
+# k of them per PID: 4096 x 30 slices at most ~1 MiB a shape)
+_CACHED_PIDS = 4096
 MAX_BASE_CAPACITY = 65_536
 MAX_LAYER_CAPACITY = 1 << 24
 
@@ -31,7 +32,7 @@ MAX_LAYER_CAPACITY = 1 << 24
 class PidHashes:
     """A batch's PIDs, hashed once (:meth:`Mix64.seeds`), and their bit positions.
 
-    A small batch (up to ``_CACHED`` bit positions per shape) keeps every
+    A small batch (up to ``_CACHED_PIDS`` PIDs) keeps every
     PID's positions per layer shape, so each further test is one gather; a
     large one tests slice by slice (:meth:`Mix64.member`), computing only
     the positions it needs.
@@ -42,7 +43,7 @@ class PidHashes:
     def __init__(self, pids: np.ndarray) -> None:
         self.pids = pids
         self.seeds = Mix64.seeds(pids)
-        self._small = len(pids) * 16 <= _CACHED
+        self._small = len(pids) <= _CACHED_PIDS
         self._positions: dict[tuple[int, int, int], np.ndarray] = {}
 
     def positions(self, layer: TimestampedBloomFilter, rows) -> np.ndarray:

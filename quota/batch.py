@@ -12,6 +12,10 @@ from pidquota.quota.decision import Decisions
 
 # Rounds of the fixpoint in a writable segment before it is cut at its first unsettled sighting
 _ROUNDS = 4
+# A writable segment looks this far ahead at first; x4 after a segment that settles in
+# time, /4 (down to _FIRST_CHUNK) after one that is cut, so a run of cut segments (a
+# bucket that settles a few sightings a round) costs in proportion to what it settles
+_FIRST_SPAN = 4096
 # A frozen segment is read in chunks that grow by 4x from this size
 _FIRST_CHUNK = 64
 _NEVER = np.iinfo(np.int64).max
@@ -69,7 +73,7 @@ class BatchJudge:
     Time is the caller's: ``now = max(quota.now_ms, timestamp)``.
     """
 
-    __slots__ = ("q", "ts", "pids", "epochs", "now", "hashes", "replayed", "_parts")
+    __slots__ = ("q", "ts", "pids", "epochs", "now", "hashes", "replayed", "_parts", "_span")
 
     def __init__(self, quota, ts: np.ndarray, pids: np.ndarray, epochs: np.ndarray, replayed: int) -> None:
         self.q = quota
@@ -78,6 +82,7 @@ class BatchJudge:
         self.hashes = PidHashes(pids)
         self.replayed = replayed  # sightings before this index are replayed
         self._parts: list[tuple] = []
+        self._span = _FIRST_SPAN
 
     def run(self) -> Decisions:
         n, a = len(self.ts), 0
@@ -104,6 +109,7 @@ class BatchJudge:
         f = self.q.filter
         newest = f.layers[-1]
         b = int(np.searchsorted(self.now, newest.created_ms + f.span_ms, side="left"))
+        b = min(b, a + self._span)
         now = self.now[a:b]
         older = f.known_many(self.hashes, a, b, now, skip_newest=True)
         held0 = self.hashes.has(newest, slice(a, b))
@@ -114,8 +120,9 @@ class BatchJudge:
             held = held0 | self._covered(newest, a, trial.written, held0)
             diff = np.flatnonzero(held[: trial.cut] != guess[: trial.cut])
             if not len(diff) or rnd == _ROUNDS - 1:
-                end = trial.cut if not len(diff) else int(diff[0])
-                return self._commit_writable(a, trial, end, now)
+                settled = not len(diff)
+                self._span = self._span * 4 if settled else max(_FIRST_CHUNK, self._span // 4)
+                return self._commit_writable(a, trial, trial.cut if settled else int(diff[0]), now)
             guess = held
         raise AssertionError("unreachable")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 # a token counts as the token, so ``throttle_time_ms`` is always long enough.
 # It is below 1 ms of credit for any window up to 7 days, so integer credit
 # (an integer R) is unaffected and stays exact.
-_SLACK = 1e-9
+SLACK = 1e-9
 
 
 class TokenBucket:
@@ -78,7 +78,7 @@ class TokenBucket:
             return self.credit
         credit = self.credit + self.rate * (now_ms - self.last_ms)
         cap = self.capacity_credit
-        return cap if credit >= cap - _SLACK * self.window_ms else credit
+        return cap if credit >= cap - SLACK * self.window_ms else credit
 
     def refill(self, now_ms: int) -> None:
         if now_ms > self.last_ms:
@@ -96,7 +96,7 @@ class TokenBucket:
         """
         credit = self.credit_at(now_ms)
         missing = self.window_ms - credit
-        if missing <= _SLACK * self.window_ms:
+        if missing <= SLACK * self.window_ms:
             self.credit = max(0, credit - self.window_ms)
             self.last_ms = max(self.last_ms, now_ms)
             return 0

@@ -6,7 +6,7 @@ from bisect import bisect_left
 
 import numpy as np
 
-from pidquota.quota.bucket import _SLACK, TokenBucket
+from pidquota.quota.bucket import SLACK, TokenBucket
 
 # Integer credit is computed in int64 only while it stays exact in a float64 too
 _EXACT = 1 << 53
@@ -70,7 +70,7 @@ class BucketRun:
 def _find_takes(bucket: TokenBucket, tl: list[int]) -> list[tuple[int, float, int]]:
     """The requests that take a token, with the credit and time each leaves."""
     window, rate = bucket.window_ms, bucket.rate
-    slack = _SLACK * window
+    slack = SLACK * window
     probe = TokenBucket(rate, window, bucket.last_ms)
     probe.credit = bucket.credit
     exact = isinstance(rate, int) and isinstance(probe.credit, int) and slack < 1
@@ -98,7 +98,7 @@ def _refusals(bucket: TokenBucket, times: np.ndarray, which: np.ndarray, credit:
         c0 = np.asarray(credit, dtype=np.int64)[which]
         dt = times - np.asarray(since, dtype=np.int64)[which]
         grown = c0 + rate * np.minimum(dt, cap // rate + 2)  # no overflow: capped below
-        now = np.where(dt > 0, np.where(grown >= cap - _SLACK * window, cap, grown), c0)
+        now = np.where(dt > 0, np.where(grown >= cap - SLACK * window, cap, grown), c0)
         return -((now - window) // rate), now / window
     out_wait, out_tokens = [], []
     probe = TokenBucket(rate, window, 0)

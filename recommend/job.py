@@ -76,7 +76,10 @@ def _events(lines: DataFrame, max_principal: int) -> DataFrame:
     """Valid events only: principal, producer_id, timestamp (one row per sighting)."""
     rows = q.screened(lines, max_principal)
     valid = rows.where(F.col("dead").isNull() & (F.col("principal") != ""))
-    return valid.select("principal", "producer_id", F.explode("timestamps").alias("timestamp"))
+    sightings = F.explode(F.arrays_zip(F.col("producer_ids").alias("p"), F.col("timestamps").alias("t")))
+    return valid.select("principal", sightings.alias("s")).select(
+        "principal", F.col("s.p").alias("producer_id"), F.col("s.t").alias("timestamp")
+    )
 
 
 def _run(events: DataFrame, folder: Path) -> None:

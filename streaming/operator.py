@@ -36,7 +36,7 @@ _WIDTH = len(OPERATOR_COLUMNS)
 
 
 def _row(**values) -> list:
-    """One output row in ``OUTPUT_COLUMNS`` order, the missing columns null."""
+    """One operator row in ``OPERATOR_COLUMNS`` order, the missing columns null."""
     row = [None] * _WIDTH
     for name, value in values.items():
         row[_INDEX[name]] = value
@@ -128,7 +128,7 @@ def _judged(
     stale: bool,
     replay_until=None,
 ) -> list:
-    """The principal's metrics row, carrying its verdicts as arrays (``DECISION_ARRAYS``,
+    """The principal's metrics row, carrying its verdicts as arrays (``DECISION_FIELDS``,
     turned into decision rows in the JVM: ``streaming/query.py``). The row's ``admitted``
     and ``throttled`` count the live decisions only: those before ``replay_until`` only
     rebuilt state (a batch may straddle that time) and count as ``passed``."""
@@ -155,8 +155,9 @@ def _judged(
 
 
 def _arrays(decisions: Decisions) -> dict:
-    """The verdicts as the metrics row's decision arrays."""
-    return {f"d_{name}": getattr(decisions, name) for name in DECISION_FIELDS}
+    """The verdicts as the metrics row's decision arrays: Python lists, which PySpark turns
+    into Arrow lists without a numpy scalar per element."""
+    return {f"d_{name}": getattr(decisions, name).tolist() for name in DECISION_FIELDS}
 
 
 def _judge(

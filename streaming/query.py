@@ -228,7 +228,8 @@ def decision_rows(judged: DataFrame) -> DataFrame:
     carrying ``n`` verdicts in its ``d_`` arrays becomes those ``n`` decision rows (its
     principal and quota), then itself. Exploding in the JVM costs next to nothing per
     verdict, where building the rows in pandas cost microseconds each."""
-    n = F.coalesce(F.size("d_producer_id"), F.lit(0))
+    # (not size() alone: with spark.sql.ansi.enabled=false the size of NULL is -1)
+    n = F.when(F.col("d_producer_id").isNull(), F.lit(0)).otherwise(F.size("d_producer_id"))
     rows = judged.select("*", F.explode(F.sequence(F.lit(0), n)).alias("_i"))
     own = F.col("_i") == n
 

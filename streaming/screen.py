@@ -21,7 +21,8 @@ through this screen first (``mapInArrow``, per input partition):
 3. **Values.** A parsed record is certified when its required fields are
    present, its integers are within the fields' ranges, and its principal has
    a letter or digit of ASCII (so it is not blank) and fits the length limit.
-4. **Fold.** Certified events are folded to one row per (principal, PID), as
+4. **Fold.** Certified events are folded to one row per principal (its
+   sightings' PIDs, timestamps and epochs as arrays), as
    ``streaming/compact.py`` does, with their newest timestamp (``max_ts``)
    for the watermark.
 
