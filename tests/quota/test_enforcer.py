@@ -218,3 +218,15 @@ def test_a_replay_remembers_what_it_throttles_and_the_bucket_heals_within_w():
     again = naive.observe_batch(after, np.arange(300, dtype=np.int64), np.zeros(300, dtype=np.int64))
     # 75 unknown, less the few a false positive lets pass as known
     assert 72 <= sum(d.verdict == THROTTLE for d in again) <= 75
+
+
+def test_a_raised_quota_applies_from_the_principals_latest_event():
+    """R = 100 per hour, the bucket spent at t = 0, a refusal at 30 s, then R = 1000: the
+    first 30 s refilled at the old rate (0.83 tokens), the bucket grows by the 900 raised."""
+    q = PrincipalQuota(100, S)
+    q.observe_batch(
+        np.zeros(100, dtype=np.int64), np.arange(100, dtype=np.int64), np.zeros(100, dtype=np.int64)
+    )
+    assert q.observe(30_000, 500).verdict == THROTTLE
+    q.apply_rate(1000)
+    assert q.bucket.tokens == pytest.approx(900 + 100 * 30 / 3600)
