@@ -9,9 +9,11 @@ from pathlib import Path
 from pidquota.cli.checkpoints import CHECKPOINT_EVIDENCE, MARKER
 from pidquota.conf.errors import ConfigError, PidquotaError
 from pidquota.conf.paths import is_inside, local_path
+from pidquota.streaming.columns import OUTPUTS
 from pidquota.streaming.outputs.retention import REPORT_FILE
 
-OUTPUT_CHILDREN = frozenset({"decisions", "metrics", "dead-letters", "_checkpoint"})
+# The sink makes a folder per output (streaming/outputs/sink.py), even an empty one
+OUTPUT_CHILDREN = frozenset({*OUTPUTS, "_checkpoint"})
 
 
 def fresh(output: Path, checkpoint: str) -> list[Path]:

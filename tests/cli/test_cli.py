@@ -98,10 +98,12 @@ DEMO_OFFSETS = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"ori
 
 
 def demo_output(folder):
-    """What `pidquota run` (the demo) leaves: outputs and a checkpoint with the demo's offsets."""
-    for kind in ("decisions", "metrics", "dead-letters"):
+    """What `pidquota run` (the demo) leaves: outputs and a checkpoint with the demo's offsets.
+    The sink makes every output's folder, ``skipped/`` empty when nothing was skipped."""
+    for kind in ("decisions", "metrics", "dead-letters", "skipped"):
         (folder / kind).mkdir(parents=True)
-        (folder / kind / "part-0.jsonl").write_text("{}\n")
+        if kind != "skipped":
+            (folder / kind / "part-0.jsonl").write_text("{}\n")
     (folder / "_checkpoint" / "offsets").mkdir(parents=True)
     (folder / "_checkpoint" / "metadata").write_text('{"id":"q"}\n')
     (folder / "_checkpoint" / "offsets" / "0").write_text(DEMO_OFFSETS)
