@@ -125,11 +125,15 @@ class TimestampedBloomFilter:
 
     def set_positions(self, positions: np.ndarray, pids_new: int, now_ms: int) -> None:
         """Set the bits at ``positions``; ``pids_new`` PIDs that were not in the layer."""
-        buf = np.frombuffer(self._bf.bitarray, dtype=np.uint8)
-        flat = positions.ravel()
-        np.bitwise_or.at(buf, flat >> 3, np.left_shift(1, flat & 7).astype(np.uint8))
+        self.set_bits(self.buffer(), positions)
         self._bf.count += pids_new
         self.touch(now_ms)
+
+    @staticmethod
+    def set_bits(buf: np.ndarray, positions: np.ndarray) -> None:
+        """Set the bits of ``buf`` (a layer's bytes, or a copy) at ``positions``."""
+        flat = positions.ravel()
+        np.bitwise_or.at(buf, flat >> 3, np.left_shift(1, flat & 7).astype(np.uint8))
 
     def has(self, positions: tuple[int, ...]) -> bool:
         bits = self._bf.bitarray

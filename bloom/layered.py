@@ -160,7 +160,9 @@ class LayeredBloomFilter:
     def _alive(self, layer: TimestampedBloomFilter, now_ms: int) -> bool:
         return now_ms - layer.last_insert_ms <= self.window_ms
 
-    def _writable(self, now_ms: int) -> TimestampedBloomFilter | None:
+    def writable(self, now_ms: int) -> TimestampedBloomFilter | None:
+        """The newest layer if a write at ``now_ms`` may go to it (written with the current
+        hash, not full, younger than the span, alive), else None: the write rolls a new one."""
         if not self.layers:
             return None
         newest = self.layers[-1]
@@ -232,7 +234,7 @@ class LayeredBloomFilter:
         ``capacity`` is the base size for a time-rolled layer (see
         :func:`layer_capacity`); a layer rolled because it is full grows.
         """
-        newest = self._writable(now_ms)
+        newest = self.writable(now_ms)
         if newest is None:
             newest = self._roll(now_ms, capacity)
         newest.put(newest.positions(pid), now_ms)
@@ -262,7 +264,7 @@ class LayeredBloomFilter:
         bumped. Known only in an older (or no longer writable) layer: it is
         re-added to the newest. Unknown: nothing changes, the caller decides.
         """
-        newest = self._writable(now_ms)
+        newest = self.writable(now_ms)
         if newest is not None:
             if pid in self._newest_cache:
                 newest.touch(now_ms)

@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from pidquota.bloom.layer import TimestampedBloomFilter
 from pidquota.bloom.layered import PidHashes
 from pidquota.quota.bucket_run import BucketRun
 from pidquota.quota.decision import Decisions
@@ -88,21 +89,15 @@ class BatchJudge:
         n, a = len(self.ts), 0
         f = self.q.filter
         while a < n:
-            self._cleanup(int(self.now[a]))
-            if f._writable(int(self.now[a])) is not None:
+            self.q.cleanup_due(int(self.now[a]))
+            if f.writable(int(self.now[a])) is not None:
                 a = self._writable_segment(a)
             else:
                 a = self._frozen_segment(a)
         if n:
             self.q.now_ms = max(self.q.now_ms, int(self.now[-1]))
-            self._cleanup(self.q.now_ms)
+            self.q.cleanup_due(self.q.now_ms)
         return self._decisions()
-
-    def _cleanup(self, now: int) -> None:
-        q = self.q
-        if now - q.last_cleanup_ms >= q.settings.cleanup_interval_ms:
-            q.filter.cleanup(now)
-            q.last_cleanup_ms = now
 
     # -- a writable segment ----------------------------------------------------
     def _writable_segment(self, a: int) -> int:
@@ -154,7 +149,7 @@ class BatchJudge:
             return out
         wrote = self.hashes.positions(newest, a + written)
         after = newest.buffer().copy()
-        np.bitwise_or.at(after, wrote >> 3, np.left_shift(1, wrote & 7).astype(np.uint8))
+        TimestampedBloomFilter.set_bits(after, wrote)
         ask = ask[self.hashes.has(newest, a + ask, after)]
         if len(ask):
             out[ask] = _first_set(newest, self.hashes.positions(newest, a + ask), wrote, written) < ask
@@ -164,7 +159,7 @@ class BatchJudge:
         newest = self.q.filter.layers[-1]
         decided = int(np.searchsorted(trial.unknown, end))
         trial.run.commit(decided)
-        self._record(a + trial.unknown[:decided], trial.run, 0, decided)
+        self._record(a + trial.unknown[:decided], trial.run, decided)
         written = trial.written[: int(np.searchsorted(trial.written, end))]
         touched = np.flatnonzero(trial.known[:end] | trial.inserts[:end])
         if len(written):
@@ -190,28 +185,29 @@ class BatchJudge:
             refused = int(np.searchsorted(unknown, first))
             if first == b - a:  # nothing written: all refused
                 run.commit(refused)
-                self._record(a + unknown, run, 0, refused)
+                self._record(a + unknown, run, refused)
                 a, size = b, size * 4
                 continue
             decided = refused + (0 if known[first] else 1)
             run.commit(decided)
-            self._record(a + unknown[:decided], run, 0, decided)
+            self._record(a + unknown[:decided], run, decided)
             i = a + first
             self.q.filter.add(int(self.pids[i]), int(self.now[i]), self.q._capacity)
             return i + 1
         return a
 
     # -- verdicts ----------------------------------------------------------------
-    def _record(self, idx: np.ndarray, run: BucketRun, lo: int, hi: int) -> None:
-        if hi <= lo:
+    def _record(self, idx: np.ndarray, run: BucketRun, m: int) -> None:
+        """The verdicts of the first ``m`` requests of ``run`` (sightings ``idx``)."""
+        if not m:
             return
-        admitted, wait = run.admitted[lo:hi], run.wait[lo:hi]
-        self._parts.append((idx, admitted, wait, run.tokens[lo:hi]))
+        admitted, wait = run.admitted[:m], run.wait[:m]
+        self._parts.append((idx, admitted, wait, run.tokens[:m]))
         q = self.q
         q.stats.record_many(self.now[idx], admitted, wait)
         took = int(admitted.sum())
         q.admitted_total += took
-        q.throttled_total += (hi - lo) - took
+        q.throttled_total += m - took
 
     def _decisions(self) -> Decisions:
         if not self._parts:

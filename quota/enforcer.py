@@ -131,9 +131,7 @@ class PrincipalQuota:
         now = self.now_ms = timestamp if timestamp > self.now_ms else self.now_ms
         if self.filter.touch_cached(producer_id, now):
             return None
-        if now - self.last_cleanup_ms >= self.settings.cleanup_interval_ms:
-            self.filter.cleanup(now)
-            self.last_cleanup_ms = now
+        self.cleanup_due(now)
         capacity = self._capacity
         if self.filter.refresh(producer_id, now, capacity):
             return None
@@ -206,6 +204,12 @@ class PrincipalQuota:
             np.array(wait, dtype=np.int64),
             np.array(tokens, dtype=np.float64),
         )
+
+    def cleanup_due(self, now: int) -> None:
+        """Drop the dead layers if ``cleanup.scheduler.interval.ms`` has passed since the last time."""
+        if now - self.last_cleanup_ms >= self.settings.cleanup_interval_ms:
+            self.filter.cleanup(now)
+            self.last_cleanup_ms = now
 
     def observe_batch(
         self,

@@ -20,12 +20,9 @@ PARSED_COLUMNS = (
     "source",
 )
 
-# What is folded (streaming/compact.py) and then grouped by principal into the
-# stateful operator. Every column there is converted to pandas for every row,
-# so it is kept narrow: a dead letter is the group with the empty principal (a
-# valid principal is never empty) and carries its raw text, reason and source
-# as one JSON string.
-OPERATOR_INPUT_COLUMNS = ("principal", "producer_id", "producer_epoch", "timestamp", "dead")
+# The stateful operator's input is folded per principal (streaming/compact.py). A
+# dead letter is the group with the empty principal (a valid principal is never
+# empty) and carries its raw text, reason and source as one JSON string.
 DEAD_PRINCIPAL = ""
 
 DECISION_COLUMNS = (

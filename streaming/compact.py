@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pidquota.streaming.columns import DEAD_PRINCIPAL
+from pidquota.streaming.screen import fold
 
 COMPACT_SCHEMA = (
     "principal string, producer_ids array<long>, timestamps array<long>, epochs array<int>, dead string, "
@@ -57,9 +58,7 @@ def compact(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         events = table.filter(pc.invert(is_dead))
         if not events.num_rows:
             continue
-        folded = events.group_by(["principal"], use_threads=False).aggregate(
-            [("producer_id", "list"), ("timestamp", "list"), ("producer_epoch", "list"), ("timestamp", "max")]
-        )
+        folded = fold(events)
         n = folded.num_rows
         yield pa.RecordBatch.from_arrays(
             [
