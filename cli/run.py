@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
+import shutil
 import sys
 
 from pidquota.cli import checkpoints, run_plan
@@ -161,8 +162,16 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
     output = q.enforcer(lines, config, plan.quotas, replay_until=plan.replay_ms)
     query = q.start(output, sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"])
     duration_s = None if args.duration is None else parse_duration_ms(args.duration) / 1000
-    error = wait(query, duration_s, signals, _progress_observers(config, args.once, plan.exporter))
+    try:
+        error = wait(query, duration_s, signals, _progress_observers(config, args.once, plan.exporter))
+    finally:
+        sink.close()
     if error is not None:
+        full = _disk_full(error, plan)
+        if full is not None:
+            raise full
+        # Spark's own log of a query's end (conf/log4j2.properties denies it) would be the trace
+        print(str(getattr(error, "desc", None) or error).rstrip(), file=sys.stderr)
         raise PidquotaError(f"the streaming query failed: {_first_line(error)}")
     if table is not None:
         table.flush()
@@ -178,7 +187,9 @@ def _sink(plan: run_plan.Plan, on_batch, summed: bool):
     from pidquota.streaming.outputs.sink import JsonlSink
 
     summary = RunSummary() if summed else None
-    observers = [f for f in (on_batch, plan.exporter and plan.exporter.observe_batch) if f]
+    # the driver's quota reader looks at Redis after each batch: an outage is one warning, from here
+    refresh = lambda batch_id, frames: plan.quotas.snapshot()  # noqa: E731
+    observers = [f for f in (on_batch, plan.exporter and plan.exporter.observe_batch, refresh) if f]
     if summary is not None:
         observers.append(lambda batch_id, frames: summary.add(frames))
     sink = JsonlSink(
@@ -281,6 +292,38 @@ def _progress_observers(config, once: bool, exporter) -> list:
 
 
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Invalid)): (.+)$")
+
+
+def _disk_full(error: BaseException, plan: run_plan.Plan) -> PidquotaError | None:
+    """A query stopped by a full disk, as one line: the sink's own :class:`DiskFull`, or a
+    "No space left on device" from Spark (a checkpoint or state write, in Java), which names
+    the output or checkpoint folder if one of them is nearly full, else the path in the
+    message (a Spark local dir, say). None for other errors."""
+    from pidquota.streaming.outputs.sink import DiskFull
+
+    text = str(getattr(error, "desc", None) or error)
+    ours = re.search(r"the disk is full under (.+?) \((?:[\d,]+ bytes free|free space unknown)\)", text)
+    if ours:
+        return DiskFull(ours.group(1))
+    if "No space left on device" not in text and "Disk quota exceeded" not in text:
+        return None
+    folders = [f for f in (plan.out, plan.checkpoint) if "://" not in str(f)]
+    full = [f for f in folders if _free_bytes(f) < NEARLY_FULL]
+    if full:
+        return DiskFull(full[0])
+    line = next(x for x in text.splitlines() if "No space left" in x or "Disk quota exceeded" in x)
+    named = re.search(r"(/[^\s:'\",]+)", line)
+    return DiskFull(named.group(1) if named else f"{plan.checkpoint} or spark.local.dir")
+
+
+NEARLY_FULL = 64 << 20  # free bytes under which an output or checkpoint folder counts as the full one
+
+
+def _free_bytes(folder) -> int:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return 1 << 62
 
 
 def _first_line(error: BaseException) -> str:

@@ -219,8 +219,10 @@ SETTINGS: tuple[Setting, ...] = (
         int,
         60_000,
         "Long enough to ride out a broker restart or leader election, short enough that "
-        "a dead broker fails the query with a message within a minute.",
-        "How long a read waits for data it knows exists before failing the query.",
+        "a dead broker fails the query with a message within a few minutes (a task is tried "
+        "4 times, so up to 4 of these).",
+        "How long a read waits for data it knows exists before failing the read; the query fails "
+        "once the task's 4 attempts have.",
         min=1000,
     ),
     Setting(
@@ -239,6 +241,29 @@ SETTINGS: tuple[Setting, ...] = (
         "unreachable one is named within seconds instead of after Spark has started.",
         "How long `pidquota run` waits at start-up for the Kafka input's brokers to answer and "
         "list the topic, before it exits with one line naming HOST:PORT.",
+        min=1000,
+    ),
+    Setting(
+        "pidquota.kafka.isolation.level",
+        str,
+        "read_committed",
+        "Events of a transaction that its producer aborted never happened; they must not be "
+        "decided. (Kafka consumers default to read_uncommitted; that counts aborted traffic.)",
+        "read_committed: events of aborted Kafka transactions are never read, and events of an "
+        "open transaction wait for its COMMIT; worked out by pidquota from the log's transaction "
+        "markers, so it works on any broker. read_uncommitted: every event as soon as it is written.",
+        choices=("read_committed", "read_uncommitted"),
+    ),
+    Setting(
+        "pidquota.kafka.transaction.timeout.ms",
+        int,
+        900_000,
+        "Kafka's transaction.max.timeout.ms default (15 minutes): a broker with that default lets "
+        "no transaction stay open longer, so a marker that has not come by then is not coming. "
+        "Raise it with the brokers' transaction.max.timeout.ms.",
+        "read_committed: how long events of a transaction wait for its COMMIT or ABORT marker "
+        "(from when pidquota first sees the transaction) before they are treated as aborted, "
+        "with a warning naming the producer and partition.",
         min=1000,
     ),
     Setting(
@@ -261,6 +286,19 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "Empty: dead letters go to files only.",
         "Kafka topic for dead letters (raw record, reason, source position).",
+    ),
+    Setting(
+        "pidquota.kafka.sink.mode",
+        str,
+        "exactly-once",
+        "A consumer of the decisions topic (a broker plug-in, an alert) must not see a throttle "
+        "twice after a crash; every Kafka broker since 0.11 has transactions (KIP-98, KIP-447).",
+        "How the Kafka output topics are written. exactly-once: each micro-batch's records in one "
+        "Kafka transaction, with a transactional id stable per query, so a restarted or zombie run "
+        "is fenced and a replayed batch is never sent twice (read the topics with "
+        "isolation.level=read_committed). at-least-once: an idempotent producer without "
+        "transactions, for brokers without them; a batch replayed after a crash is sent again.",
+        choices=("exactly-once", "at-least-once"),
     ),
     Setting(
         "pidquota.kafka.security.protocol",

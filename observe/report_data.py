@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from pidquota.conf.errors import InputError
+from pidquota.observe.distinct import DistinctCount
 from pidquota.quota import ADMIT, THROTTLE
 from pidquota.streaming.outputs.reader import read_output
 from pidquota.streaming.reasons import reason_class
@@ -112,6 +113,8 @@ class Offenders:
     ``throttles``: one user's rows (PID 7, ADMIT, t = 5), (PID 8, THROTTLE 4000 ms, t = 10),
     (PID 8, THROTTLE 3000 ms, t = 11) give new_pids 2, throttles 2, longest 4000 ms, first
     10, last 11. Users seen only in metrics (no new PIDs, e.g. only PID < 0) are listed with 0.
+    ``new_pids`` is exact up to 50,000 per user, then a HyperLogLog estimate within ~1%
+    (``observe/distinct.py``), so memory stays bounded however long the run.
     """
 
     COLUMNS = (
@@ -125,7 +128,7 @@ class Offenders:
 
     def __init__(self) -> None:
         self.users: set[str] = set()
-        self._pids: dict[str, set[int]] = {}
+        self._pids: dict[str, DistinctCount] = {}
         self._throttles: dict[str, list] = {}  # user -> [count, longest, first, last]
 
     def add(self, decisions: pd.DataFrame | None, metrics: pd.DataFrame | None = None) -> Offenders:
@@ -136,7 +139,7 @@ class Offenders:
             return self
         judged = decisions[decisions["verdict"].isin((ADMIT, THROTTLE))]
         for user, pids in judged.groupby("principal")["producer_id"]:
-            self._pids.setdefault(user, set()).update(pids.tolist())
+            self._pids.setdefault(user, DistinctCount()).add(pids.to_numpy(np.int64))
         throttled = judged[judged["verdict"] == THROTTLE].groupby("principal")
         per_user = throttled.agg(
             n=("producer_id", "size"),
@@ -197,8 +200,9 @@ class RunSummary:
 
     ``frames`` is what :class:`pidquota.streaming.outputs.sink.JsonlSink` passes to ``on_batch``:
     ``{"decisions": df, "metrics": df, "dead-letters": df}``. The numbers are
-    :class:`Offenders`' (the report's offenders table), over the live rows. Memory: one
-    set of PIDs per user that had new PIDs, and four numbers per throttled user.
+    :class:`Offenders`' (the report's offenders table), over the live rows. Memory, per
+    user with new PIDs: a set of up to 50,000 PIDs, then a 16 KiB sketch; and four numbers per
+    throttled user.
     """
 
     def __init__(self, top: int = 10) -> None:

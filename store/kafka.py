@@ -263,4 +263,8 @@ def output_options(config, input_url: str | None) -> dict | None:
                 "an output topic given by name needs a Kafka input; with a file input use kafka://HOST[:PORT]/TOPIC"
             )
         bootstrap = KafkaUrl.parse(input_url).bootstrap
-    return {"kafka.bootstrap.servers": bootstrap, **security_options(config), **topics}
+    mode = {
+        "sinkMode": config["pidquota.kafka.sink.mode"],
+        "requestTimeoutMs": str(config["pidquota.kafka.request.timeout.ms"]),
+    }
+    return {"kafka.bootstrap.servers": bootstrap, **security_options(config), **topics, **mode}

@@ -124,6 +124,11 @@ class RedisQuotas:
     A reader that never knew a generation (an empty store at start-up) has
     no quotas and nothing to warn about. It is pickled to the executors with
     the quotas read at start-up.
+
+    Warnings come from the driver's reader alone, so an outage is one warning
+    however many Python workers notice it: a copy pickled to the executors is
+    ``quiet`` (it logs at DEBUG), and ``pidquota run`` refreshes the driver's
+    reader after every micro-batch.
     """
 
     EMPTIED_WARNING_S = 60.0
@@ -146,6 +151,7 @@ class RedisQuotas:
         self._emptied_warned: float | None = None  # clock() of the last "emptied" warning
         self.stale = False
         self._store = None
+        self.quiet = False  # a copy on the executors: the driver's reader does the warning
 
     @classmethod
     def load(cls, store: RedisQuotaStore, url: str, auth: dict, refresh_ms: int) -> RedisQuotas:
@@ -156,7 +162,11 @@ class RedisQuotas:
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_store"] = None
+        state["quiet"] = True  # unpickled on an executor
         return state
+
+    def _warn(self, message: str, *args) -> None:
+        (log.debug if self.quiet else log.warning)(message, *args)
 
     def _connect(self) -> RedisQuotaStore:
         if self._store is None:
@@ -187,12 +197,12 @@ class RedisQuotas:
         except (redis.RedisError, OSError, ConfigError) as exc:
             self._store = None
             if not self._unreachable:
-                log.warning("Redis unreachable, keeping the last known quotas: %s", type(exc).__name__)
+                self._warn("Redis unreachable, keeping the last known quotas: %s", type(exc).__name__)
             self._unreachable = self.stale = True
 
     def _reload(self, quotas: dict, version: int, generation: str | None) -> None:
         if self._emptied_warned is not None:
-            log.warning(
+            self._warn(
                 "Redis quotas were re-applied (generation %s): %d quota(s) live again",
                 generation,
                 len(quotas),
@@ -203,17 +213,17 @@ class RedisQuotas:
 
     def _live(self) -> None:
         if self._unreachable:
-            log.warning("Redis is back; quotas are live again (version %d)", self._version)
+            self._warn("Redis is back; quotas are live again (version %d)", self._version)
         self._unreachable = self.stale = False
 
     def _emptied(self) -> None:
         if self._unreachable:
-            log.warning("Redis is back, but its quota store is empty")
+            self._warn("Redis is back, but its quota store is empty")
         self._unreachable, self.stale = False, True
         now = self.clock()
         if self._emptied_warned is None or now - self._emptied_warned >= self.EMPTIED_WARNING_S:
             self._emptied_warned = now
-            log.warning(
+            self._warn(
                 "Redis lost its quota store (generation %s is gone: restarted without persistence, or "
                 "flushed); keeping the last known %d quota(s) until an operator re-applies them with "
                 "`pidquota configs --alter`",

@@ -128,6 +128,8 @@ def kafka_source(spark, url, config, stop_flag: str = "", screen: int = 0) -> Da
         "failOnDataLoss": str(config["pidquota.kafka.fail.on.data.loss"]).lower(),
         "fetchTimeoutMs": str(config["pidquota.kafka.fetch.timeout.ms"]),
         "requestTimeoutMs": str(config["pidquota.kafka.request.timeout.ms"]),
+        "kafka.isolation.level": config["pidquota.kafka.isolation.level"],
+        "transactionTimeoutMs": str(config["pidquota.kafka.transaction.timeout.ms"]),
         **security_options(config),
     }
     outputs = [config[f"pidquota.kafka.{t}.topic"] for t in ("decisions", "metrics", "dead.letters")]

@@ -4,7 +4,9 @@
   Spark's usual places (``--conf``, ``spark-defaults.conf``,
   ``PYSPARK_SUBMIT_ARGS``, ``MASTER``) or ``pidquota run --master`` wins;
   ``pidquota.spark.master`` applies only when none of them gave one. A
-  ``spark://`` master that does not answer fails at start-up in one line.
+  ``spark://`` master that does not answer fails at start-up in one line. A local
+  master retries a failed task (``local[N]`` runs as ``local[N,4]``), as a cluster
+  does: a Python worker killed mid-batch costs a retry, not the query.
 * **Code.** On a non-local master the executors get pidquota's code as a zip
   (``streaming/ship.py``), unless it already came that way (``--py-files``,
   which also works on a local master).
@@ -84,7 +86,7 @@ def spark_session(config: Config, master: str | None = None):
     partitions = str(config["pidquota.spark.shuffle.partitions"])
     spark = (
         SparkSession.builder.appName("pidquota")
-        .master(chosen)
+        .master(with_task_retries(chosen))
         .config("spark.pyspark.python", python)
         .config("spark.sql.shuffle.partitions", partitions)
         .config("spark.sql.session.timeZone", "UTC")
@@ -242,6 +244,17 @@ def choose_master(flag: str | None, given: str | None, setting: str) -> str:
             "k8s://HOST:PORT (--master, or pidquota.spark.master)"
         )
     return chosen
+
+
+TASK_ATTEMPTS = 4  # Spark's spark.task.maxFailures default, which a local master ignores
+
+
+def with_task_retries(master: str) -> str:
+    """A local master that retries a failed task as a cluster does: ``local[N]`` is
+    ``local[N,4]`` (``local`` is ``local[1,4]``), so a Python worker killed mid-task costs a
+    retry, not the query. A master that names its own attempts, or a cluster's, is kept."""
+    m = re.fullmatch(r"local(?:\[([^\],]+)\])?", master)
+    return f"local[{m.group(1) or 1},{TASK_ATTEMPTS}]" if m else master
 
 
 def check_master(url: str) -> None:

@@ -9,6 +9,7 @@ python3 -m pip install --quiet --disable-pip-version-check -e '.[test,report]'
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)  # the Redis TLS test's certificates
 if [ ${#missing[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"

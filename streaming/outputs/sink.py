@@ -4,11 +4,13 @@ and optionally the same rows to Kafka topics.
 A batch's file is written under a temporary name and renamed into place, and
 its name is the batch id, so a batch that Spark replays after a crash
 overwrites its own earlier output instead of duplicating it. Kafka delivery
-is at least once (see ``streaming/outputs/kafka.py``).
+is exactly once by default, in one transaction per batch (see
+``streaming/outputs/kafka.py``).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
@@ -21,9 +23,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pidquota.conf.errors import PidquotaError
 from pidquota.store.sink import RedisPublisher
 from pidquota.streaming.columns import KIND_DEAD, KIND_METRIC, OUTPUTS
 from pidquota.streaming.outputs import retention
+from pidquota.streaming.outputs.kafka import KafkaOutput
 
 log = logging.getLogger("pidquota.output")
 
@@ -45,9 +49,36 @@ class BatchTotals:
 
 
 def write_jsonl(frame: pd.DataFrame, path: Path) -> None:
+    """``frame`` as JSON lines at ``path``, under a temporary name renamed into place; a write
+    that fails (a full disk) leaves nothing behind, and raises :class:`DiskFull` if the disk is full."""
     tmp = path.with_name(f".{path.name}.tmp")
-    frame.to_json(tmp, orient="records", lines=True, force_ascii=False)
-    os.replace(tmp, path)
+    try:
+        frame.to_json(tmp, orient="records", lines=True, force_ascii=False)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFull(path.parent) from None
+        raise
+
+
+class DiskFull(PidquotaError, OSError):
+    """The disk under an output or checkpoint folder is full; the message names the folder and
+    how to go on, e.g. ``the disk is full under out/decisions (0 bytes free): nothing more can
+    be written there. Free some space ..., then run the same command again``."""
+
+    def __init__(self, where: Path | str):
+        import shutil
+
+        try:
+            free = f"{shutil.disk_usage(where).free:,} bytes free"
+        except OSError:
+            free = "free space unknown"
+        super().__init__(
+            f"the disk is full under {where} ({free}): nothing more can be written there. Free some "
+            "space (or set pidquota.output.retention.ms), then run the same command again: it "
+            "resumes from its checkpoint, and loses nothing"
+        )
 
 
 def _frames(table: pa.Table, batch_id: int) -> dict[str, pd.DataFrame]:
@@ -64,8 +95,6 @@ def _frames(table: pa.Table, batch_id: int) -> dict[str, pd.DataFrame]:
 def query_id_of(batch_df) -> str:
     """The id of the streaming query whose ``foreachBatch`` got ``batch_df`` (Spark's
     ``StreamingQuery.id``, kept by the checkpoint across restarts)."""
-    from pidquota.conf.errors import PidquotaError
-
     query_id = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
     if not query_id:
         raise PidquotaError("no streaming query id on this batch; the sink must run in foreachBatch")
@@ -98,7 +127,7 @@ class JsonlSink:
     ):
         self.out_dir = Path(out_dir)
         self.publish = publish  # e.g. fenced per-user throttle state to Redis
-        self.kafka = kafka  # options of the pidquota-kafka writer, or None
+        self.kafka = KafkaOutput(kafka) if kafka else None  # the Kafka output topics, or None
         self.replay_until = replay_until
         self.mode = mode
         self.roll_ms, self.retention_ms, self.clock = roll_ms, retention_ms, clock
@@ -130,10 +159,8 @@ class JsonlSink:
             self.totals.rows[name] += len(part)
         self.totals.add_skipped(frames["skipped"])
         self._keep(batch_id)
-        if self.kafka:
-            self._send(
-                batch_df.sparkSession, table.filter(pc.invert(pc.fill_null(table["replay"], False))), batch_id
-            )
+        if self.kafka is not None:
+            self._send(batch_df, table.filter(pc.invert(pc.fill_null(table["replay"], False))), batch_id)
         if table.num_rows:  # not the batches Spark runs without data, to move the watermark on
             self.totals.batches += 1
         if self.on_batch is not None:
@@ -160,15 +187,21 @@ class JsonlSink:
         before = pc.less(table["timestamp"], pa.scalar(self.replay_until or 0, pa.int64()))
         return _set(table, "replay", judged, pc.fill_null(before, False))
 
-    def _send(self, spark, table: pa.Table, batch_id: int) -> None:
-        """The batch's rows to the Kafka topics. The batch is already collected: send that,
-        rather than running the stateful operator a second time for a second action."""
+    def _send(self, batch_df, table: pa.Table, batch_id: int) -> None:
+        """The batch's rows to the Kafka topics, from the driver: the batch is already collected,
+        so the stateful operator does not run a second time for a second action."""
+        if not self.kafka.bound:
+            self.kafka.bind(query_id_of(batch_df))
         if not table.num_rows:
             return
         with_id = table.append_column("batch_id", pa.array([batch_id] * table.num_rows, pa.int64()))
-        spark.createDataFrame(with_id).write.format("pidquota-kafka").options(**self.kafka).mode(
-            "append"
-        ).save()
+        sent = self.kafka.send(with_id, batch_id)
+        log.info("batch %d sent to Kafka: %s", batch_id, sent)
+
+    def close(self) -> None:
+        """Close the Kafka producer, if any (the end of a run)."""
+        if self.kafka is not None:
+            self.kafka.close()
 
 
 def _set(table: pa.Table, column: str, where, value) -> pa.Table:

@@ -69,6 +69,23 @@ def test_first_line_of_a_wrapped_python_error():
     )
 
 
+def test_a_full_disk_is_one_line_naming_where(tmp_path):
+    from types import SimpleNamespace
+
+    from pidquota.cli.run import _disk_full
+
+    plan = SimpleNamespace(out=str(tmp_path / "out"), checkpoint=str(tmp_path / "out" / "_checkpoint"))
+    sink = "py4j...\npidquota.streaming.outputs.sink.DiskFull: the disk is full under /d e/out/decisions (0 bytes free): x"
+    assert str(_disk_full(RuntimeError(sink), plan)).startswith("the disk is full under /d e/out/decisions (")
+    java = "java.io.IOException: No space left on device at /var/spark/blockmgr-1/shuffle_0.data\n\tat x"
+    error = str(_disk_full(RuntimeError(java), plan))
+    assert error.startswith("the disk is full under /var/spark/blockmgr-1/shuffle_0.data (")
+    assert "run the same command again: it resumes from its checkpoint" in error
+    bare = "org.apache.hadoop.fs.FSError: java.io.IOException: No space left on device"
+    assert f"under {plan.checkpoint} or spark.local.dir" in str(_disk_full(RuntimeError(bare), plan))
+    assert _disk_full(RuntimeError("java.io.IOException: Connection reset"), plan) is None
+
+
 @pytest.mark.e2e
 def test_run_once_round_trip_through_the_cli(tmp_path):
     events = tmp_path / "events.jsonl"

@@ -161,3 +161,44 @@ class Tansu:
                 out += records
         consumer.close()
         return out
+
+
+# -- the Kafka source's reader as Spark calls it, without Spark ---------------------------------
+def reader(kafka, topic: str, **options):
+    """The Kafka source's reader for ``topic`` on ``kafka`` (a :class:`Tansu`)."""
+    from pidquota.streaming.sources.kafka.source import KafkaStreamReader
+
+    return KafkaStreamReader({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, **options})
+
+
+def read_rows(rd, topic: str, start: dict, end: dict) -> list[dict]:
+    rows = []
+    for part in rd.partitions({topic: start}, {topic: end}):
+        for batch in rd.read(part):
+            rows += batch.to_pylist()
+    return rows
+
+
+def create(kafka, topic: str, partitions: int = 1) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        admin.close()
+
+
+def read_committed(kafka, topic: str) -> list[str]:
+    """Every value of ``topic`` as a read_committed consumer sees it, in partition order: read
+    by the Kafka source, which drops aborted transactions itself (Tansu does not)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    rd = reader(kafka, topic, fetchTimeoutMs="5000")
+    try:
+        start = rd.initialOffset()
+        end = rd.latestOffset(start, ReadAllAvailable())
+        return [r["value"] for r in read_rows(rd, topic, start[topic], end[topic])]
+    finally:
+        rd.stop()

@@ -53,3 +53,42 @@ def start_redis(workdir, *extra: str, port: int | None = None):
             time.sleep(0.025)
     proc.kill()
     pytest.fail(f"redis-server did not start on port {port} (args {extra})")
+
+
+def tls_files(workdir) -> dict:
+    """A test CA and a server certificate for 127.0.0.1 and localhost, made with openssl
+    (tests/run.sh installs it): {"ca": ..., "cert": ..., "key": ...} paths under ``workdir``."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is not installed; run the tests with `bash tests/run.sh`, which installs it")
+    d = Path(workdir)
+    ca, ca_key, cert, key, csr, ext = (
+        d / n for n in ("ca.crt", "ca.key", "server.crt", "server.key", "s.csr", "s.ext")
+    )
+    ext.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for cmd in (
+        f"req -x509 -newkey rsa:2048 -nodes -keyout {ca_key} -out {ca} -days 2 -subj /CN=pidquota-test-CA",
+        f"req -newkey rsa:2048 -nodes -keyout {key} -out {csr} -subj /CN=localhost",
+        f"x509 -req -in {csr} -CA {ca} -CAkey {ca_key} -CAcreateserial -out {cert} -days 2 -extfile {ext}",
+    ):
+        subprocess.run(["openssl", *cmd.split()], check=True, capture_output=True)
+    return {"ca": ca, "cert": cert, "key": key}
+
+
+def start_redis_tls(workdir):
+    """A redis-server with a TLS port (``tls-port``; clients need not show a certificate) beside
+    its plain one. Returns (process, the TLS port, the CA file)."""
+    files = tls_files(workdir)
+    tls_port = free_port()
+    proc, _ = start_redis(
+        workdir,
+        "--tls-port", str(tls_port),
+        "--tls-cert-file", str(files["cert"]),
+        "--tls-key-file", str(files["key"]),
+        "--tls-ca-cert-file", str(files["ca"]),
+        "--tls-auth-clients", "no",
+    )  # fmt: skip
+    return proc, tls_port, files["ca"]

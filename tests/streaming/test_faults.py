@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -30,12 +31,12 @@ FILES = 24
 QUOTAS = {"<default>": 30, "User:vip": 500}
 
 
-def _write_input(folder: Path) -> None:
-    """24 files of 5 minutes of event time each, with PID churn, a few bad lines, equal mtimes."""
+def _write_input(folder: Path, files: int = FILES) -> None:
+    """``files`` files of 5 minutes of event time each, with PID churn, a few bad lines, equal mtimes."""
     rng = random.Random(5)
     folder.mkdir(parents=True)
     t0 = 1_700_000_000_000
-    for i in range(FILES):
+    for i in range(files):
         lines = []
         for j in range(400):
             t = t0 + i * 300_000 + j * 750
@@ -49,6 +50,11 @@ def _write_input(folder: Path) -> None:
 
 
 def _command(inp: Path, out: Path, redis_url: str, prefix: str) -> list[str]:
+    return [*_file_run(inp, out), "--quota-store", redis_url, "--set", f"pidquota.redis.prefix={prefix}"]
+
+
+def _file_run(inp: Path, out: Path) -> list[str]:
+    """``pidquota run --once`` over ``inp``, one file per micro-batch."""
     return [
         sys.executable,
         "-m",
@@ -59,10 +65,6 @@ def _command(inp: Path, out: Path, redis_url: str, prefix: str) -> list[str]:
         "--output",
         str(out),
         "--once",
-        "--quota-store",
-        redis_url,
-        "--set",
-        f"pidquota.redis.prefix={prefix}",
         "--set",
         "pidquota.max.events.per.trigger=1",
     ]
@@ -161,6 +163,175 @@ def test_kill_9_and_ctrl_c_mid_run_then_restart_equals_an_uninterrupted_run(tmp_
     assert len(want["dead-letters"]) == FILES
     assert (want["decisions"].verdict == "THROTTLE").any()
     assert _published(client, "crashed") == _published(client, "straight") != {}
+
+
+KAFKA_FILES = 12
+
+
+def _to_kafka(inp: Path, out: Path, kafka, topic: str, mode: str) -> list[str]:
+    quotas = out.parent / "quotas.json"
+    quotas.write_text(json.dumps({"users": {k: {"producer_ids_rate": v} for k, v in QUOTAS.items()}}))
+    return [
+        *_file_run(inp, out),
+        "--quotas",
+        str(quotas),
+        "--decisions-topic",
+        f"kafka://{kafka.bootstrap}/{topic}",
+        "--set",
+        f"pidquota.kafka.sink.mode={mode}",
+    ]
+
+
+def _finish(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, capture_output=True, cwd=Path(__file__).resolve().parents[2], timeout=600)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+
+
+def _lose_last_commit(out: Path) -> int:
+    """A crash after the last batch with decisions reached Kafka and before Spark recorded
+    it: the restart replays that batch. Returns its decision count."""
+    decisions = read_output(out, "decisions")
+    last = int(decisions["batch_id"].max())
+    checkpoint = out / "_checkpoint"
+    for log, first in (("commits", last), ("offsets", last + 1)):  # and the empty batches after it
+        for path in (checkpoint / log).iterdir():
+            batch = re.fullmatch(r"\.?(\d+)(?:\.crc)?", path.name)  # not the .tmp a kill left
+            if batch and int(batch.group(1)) >= first:
+                path.unlink()
+    return int((decisions["batch_id"] == last).sum())
+
+
+def _topic_decisions(kafka, topic: str) -> list[tuple]:
+    from harness.kafka import read_committed
+
+    rows = [json.loads(v) for v in read_committed(kafka, topic)]
+    return sorted(tuple(sorted((k, v) for k, v in r.items() if k != "batch_id")) for r in rows)
+
+
+@pytest.mark.e2e
+def test_kill_9_three_times_with_a_decisions_topic_sends_each_decision_once(tmp_path, kafka):
+    """Exactly once: after three kill -9s and a replayed batch, the topic read committed holds
+    an uninterrupted run's decisions once each. At least once: the replayed batch twice."""
+    inp = tmp_path / "in"
+    _write_input(inp, KAFKA_FILES)
+    _finish(_to_kafka(inp, tmp_path / "straight", kafka, "faults-straight", "exactly-once"))
+    want = _topic_decisions(kafka, "faults-straight")
+    assert len(want) > 100 and len(set(want)) == len(want)
+
+    crashed = tmp_path / "crashed"
+    cmd = _to_kafka(inp, crashed, kafka, "faults-crashed", "exactly-once")
+    rng, landed = random.Random(447), 0
+    for _ in range(3):
+        _interrupt(cmd, crashed, signal.SIGKILL, rng.randint(1, 3), rng.uniform(0, 1.0))
+        landed += 0 < _batches(crashed) < KAFKA_FILES
+    assert landed >= 2  # mid-run, not before the first or after the last batch
+    _finish(cmd)
+    _lose_last_commit(crashed)
+    _finish(cmd)
+    assert _topic_decisions(kafka, "faults-crashed") == want
+
+    once = tmp_path / "at-least-once"
+    cmd = _to_kafka(inp, once, kafka, "faults-alo", "at-least-once")
+    _finish(cmd)
+    replayed = _lose_last_commit(once)
+    _finish(cmd)
+    got = _topic_decisions(kafka, "faults-alo")
+    assert len(got) == len(want) + replayed and replayed > 0  # the duplicates at least once allows
+    assert sorted(set(got)) == sorted(set(want))
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
+def _cpu(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def _busy_python_worker(root: int) -> int | None:
+    """A PySpark Python worker of ``root``'s process tree (a child of its ``pyspark.daemon``)
+    that is using CPU right now: one in the middle of a task."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                parents[int(entry.name)] = _parent(int(entry.name))
+
+    def under_root(pid: int) -> bool:
+        while pid in parents and pid != root:
+            pid = parents[pid]
+        return pid == root
+
+    daemons = set()
+    for pid in parents:
+        with contextlib.suppress(OSError):
+            if b"pyspark.daemon" in Path(f"/proc/{pid}/cmdline").read_bytes() and under_root(pid):
+                daemons.add(pid)
+    before = {}
+    for pid in (p for p, parent in parents.items() if parent in daemons):
+        with contextlib.suppress(OSError):
+            before[pid] = _cpu(pid)
+    time.sleep(0.02)
+    for pid, was in before.items():
+        with contextlib.suppress(OSError):
+            if _cpu(pid) > was:
+                return pid
+    return None
+
+
+@pytest.mark.e2e
+def test_a_python_worker_killed_mid_batch_is_retried_and_decides_the_same(tmp_path):
+    inp = tmp_path / "in"
+    _write_input(inp)
+    quotas = tmp_path / "quotas.json"
+    quotas.write_text(json.dumps({"users": {k: {"producer_ids_rate": v} for k, v in QUOTAS.items()}}))
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    _finish([*_file_run(inp, straight), "--quotas", str(quotas)])
+    cmd = [*_file_run(inp, killed), "--quotas", str(quotas)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    victim, deadline = None, time.monotonic() + 300
+    while victim is None and proc.poll() is None and time.monotonic() < deadline:
+        if _batches(killed) >= 2 and (victim := _busy_python_worker(proc.pid)) is not None:
+            os.kill(victim, signal.SIGKILL)  # the JVM and the other workers stay up
+        time.sleep(0.03)
+    out, err = proc.communicate(timeout=600)
+    assert victim is not None, "no busy Python worker was found to kill"
+    assert proc.returncode == 0, err.decode()[-3000:]
+    want, got = _frames(straight), _frames(killed)
+    for name in want:
+        pd.testing.assert_frame_equal(got[name], want[name], check_dtype=False, obj=name)
+
+
+@pytest.mark.e2e
+def test_a_full_output_disk_stops_the_run_in_one_line_and_it_resumes_once_there_is_room(tmp_path):
+    from harness.disk import SmallDisk
+
+    inp = tmp_path / "in"
+    _write_input(inp)
+    quotas = tmp_path / "quotas.json"
+    quotas.write_text(json.dumps({"users": {k: {"producer_ids_rate": v} for k, v in QUOTAS.items()}}))
+    straight = tmp_path / "straight"
+    _finish([*_file_run(inp, straight), "--quotas", str(quotas)])
+    disk = SmallDisk(tmp_path / "disk", "1m")
+    try:
+        out = disk.folder / "out"
+        cmd = [*_file_run(inp, out), "--quotas", str(quotas)]
+        full = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert full.returncode != 0
+        ours = [line for line in full.stderr.splitlines() if line.startswith("pidquota:")]
+        assert len(ours) == 1, full.stderr[-3000:]
+        assert ours[0].startswith(f"pidquota: error: the disk is full under {disk.folder}"), ours
+        assert "run the same command again" in ours[0]
+        assert "Traceback" not in full.stderr, full.stderr[-3000:]
+        assert _batches(out) < FILES  # it stopped part-way
+        disk.grow("64m")
+        _finish(cmd)
+        want, got = _frames(straight), _frames(out)
+        for name in want:
+            pd.testing.assert_frame_equal(got[name], want[name], check_dtype=False, obj=name)
+    finally:
+        disk.close()
 
 
 @pytest.mark.parametrize("name", ["_under.jsonl", "ev[1].jsonl", ".hidden.jsonl"])

@@ -86,6 +86,22 @@ def test_the_master_given_to_spark_wins_over_the_setting(flag, given, chosen):
     assert session.choose_master(flag, given, "local[2]") == chosen
 
 
+@pytest.mark.parametrize(
+    ("master", "run_as"),
+    [
+        ("local", "local[1,4]"),
+        ("local[2]", "local[2,4]"),
+        ("local[*]", "local[*,4]"),
+        ("local[2,1]", "local[2,1]"),  # attempts given: kept
+        ("local-cluster[2,1,1024]", "local-cluster[2,1,1024]"),
+        ("spark://m:7077", "spark://m:7077"),
+        ("yarn", "yarn"),
+    ],
+)
+def test_a_local_master_retries_a_failed_task_as_a_cluster_does(master, run_as):
+    assert session.with_task_retries(master) == run_as
+
+
 def test_two_different_masters_or_a_malformed_one_are_refused():
     with pytest.raises(ConfigError, match=r"--master local\[2\] disagrees with spark.master=spark://m:7077"):
         session.choose_master("local[2]", "spark://m:7077", "local[2]")

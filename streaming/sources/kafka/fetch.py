@@ -19,9 +19,10 @@ serves it while this response is decoded (:func:`decode_rows`) and handed to
 Spark. One connection per Python worker process is kept between reads (and
 triggers) for the same connection options; a read with other options closes it.
 
-Isolation is read_uncommitted, like the end offsets the driver plans with (the
-high watermark): records of aborted transactions are read too, and the
-transaction markers (control batches) are skipped.
+The Fetch requests are read_uncommitted. For read_committed (the default), the driver plans
+no range past a partition's last stable offset and hands each range the aborted
+transactions it overlaps, whose batches are dropped here (``transactions.py``). The
+transaction markers (control batches) are never rows.
 """
 
 from __future__ import annotations
@@ -29,13 +30,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from pidquota.store.kafka import KafkaError
 from pidquota.streaming.sources.kafka.connection import MAX_RESPONSE, Connection, lease
-from pidquota.streaming.sources.kafka.records import arrow_batches, batch_headers, decode_rows, walk
+from pidquota.streaming.sources.kafka.records import (
+    TRANSACTIONAL,
+    arrow_batches,
+    batch_headers,
+    by_producer,
+    decode_rows,
+    in_aborted,
+    walk,
+)
+from pidquota.streaming.sources.kafka.transactions import marks
 
 log = logging.getLogger("pidquota.kafka")
 FETCH_BYTES = 8 << 20  # max bytes asked per Fetch (grown when one batch is larger)
@@ -56,6 +66,9 @@ class _Range:
     timeout_s: float
     deadline: float = 0.0
     ahead: tuple | None = None  # (leader, the Fetch in flight for ``pos``)
+    aborted: dict = field(
+        default_factory=dict
+    )  # read_committed: the aborted transactions to drop, by producer
 
     @property
     def name(self) -> str:
@@ -68,8 +81,20 @@ def _rows(batches, at: _Range) -> Iterator[pa.RecordBatch]:
 
 
 def _headers(batches, at: _Range) -> Iterator[pa.RecordBatch]:
-    """The batch headers of a walked response alone (the log audit), with the topic-partition."""
+    """The batch headers of a walked response alone (the log audit), with the topic-partition;
+    not those of aborted transactions."""
     headers = batch_headers(batches)
+    if at.aborted and headers.num_rows:
+        kept = [
+            not (attrs & TRANSACTIONAL and in_aborted(at.aborted, pid, offset))
+            for attrs, pid, offset in zip(
+                headers.column("attributes").to_pylist(),
+                headers.column("producer_id").to_pylist(),
+                headers.column("kafka_offset").to_pylist(),
+                strict=True,
+            )
+        ]
+        headers = headers.filter(pa.array(kept))
     if headers.num_rows:
         n = headers.num_rows
         topic = pa.repeat(pa.scalar(at.tp.topic, pa.string()), n)
@@ -77,17 +102,25 @@ def _headers(batches, at: _Range) -> Iterator[pa.RecordBatch]:
         yield headers.append_column("kafka_topic", topic).append_column("kafka_partition", part)
 
 
-def read_range(
-    part, lost: Callable[[str, dict], None], headers_only: bool = False
-) -> Iterator[pa.RecordBatch]:
+def _marks(batches, at: _Range) -> Iterator[list]:
+    """The transactional and control batches of a walked response (the driver's scan)."""
+    yield marks(batches)
+
+
+READS = {"rows": _rows, "headers": _headers, "marks": _marks}
+
+
+def read_range(part, lost: Callable[[str, dict], None], what: str = "rows") -> Iterator:
     """Read ``part`` (a ``KafkaRange``: topic, partition, start, end, options) as
     Arrow batches, exactly the records with start <= offset < end, in order.
 
     Offsets deleted before they were read (retention) and a partition that
     disappeared are reported to ``lost(what, options)``, which raises unless
     failOnDataLoss is false; then the gap is skipped. A broker that gives no
-    data for ``fetchTimeoutMs`` fails the read. ``headers_only``: one row per record batch
-    from its header (``records.HEADERS`` plus the topic-partition), for the log audit.
+    data for ``fetchTimeoutMs`` fails the read. ``what``: ``rows``, the records; ``headers``, one
+    row per record batch from its header (``records.HEADERS`` plus the topic-partition), for
+    the log audit; ``marks``, lists of ``transactions.Mark`` (the driver's read_committed scan).
+    Transactional batches of ``part.aborted`` (read_committed) are left out.
     """
     from kafka import TopicPartition
 
@@ -96,17 +129,18 @@ def read_range(
     at = _Range(
         TopicPartition(part.topic, part.partition), part.end, opts, lost, part.start, FETCH_BYTES, timeout_s
     )
+    at.aborted = by_producer(getattr(part, "aborted", ()))
     with lease(opts) as conn:
         at.deadline = time.monotonic() + at.timeout_s
         while at.pos < at.end:
             records = _fetch(conn, at)
             if records is None:
                 return  # the partition is gone, and failOnDataLoss is false
-            batches = walk(records, at.pos, at.end)
+            batches = walk(records, at.pos, at.end, at.aborted)
             if batches.next_offset > at.pos:
                 at.pos, at.deadline = batches.next_offset, time.monotonic() + at.timeout_s
                 _send_ahead(conn, at)  # the next Fetch is served while these rows are decoded
-                yield from (_headers if headers_only else _rows)(batches, at)
+                yield from READS[what](batches, at)
             elif records and not batches.complete_batches:
                 at.max_bytes = min(2 * at.max_bytes, MAX_RESPONSE)  # one batch larger than the fetch
             else:

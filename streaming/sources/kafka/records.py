@@ -62,6 +62,7 @@ ARROW = pa.schema(
     ]
 )
 BATCH_ROWS = 10_000  # rows per Arrow batch handed to Spark
+CONTROL, TRANSACTIONAL = 0x20, 0x10  # attribute bits
 _HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte record batch header, as above
 _CODECS = {1: ("gzip", None), 2: ("snappy", "python-snappy"), 3: ("lz4", "lz4"), 4: ("zstd", "zstandard")}
 
@@ -106,9 +107,11 @@ class Walk:
     complete_batches: int = 0  # 0 with records bytes present: one batch larger than the fetch
 
 
-def walk(records: bytes, start: int, end: int) -> Walk:
+def walk(records: bytes, start: int, end: int, aborted: dict | None = None) -> Walk:
     """The batches of ``records`` to decode for [start, end). ``next_offset`` is past every
-    complete batch (control batches and compaction gaps included), or ``start``."""
+    complete batch (control batches and compaction gaps included), or ``start``. Transactional
+    batches of the ``aborted`` transactions (:func:`by_producer`, see ``transactions.py``) are
+    left out, as a read_committed consumer drops them."""
     out, pos, size = Walk(records, start, end, next_offset=start), 0, len(records)
     while pos + 17 <= size:  # offset, length, then the magic byte, in both formats
         base, length, _, magic = struct.unpack_from(">qiib", records, pos)
@@ -121,12 +124,28 @@ def walk(records: bytes, start: int, end: int) -> Walk:
             attrs, last_delta = struct.unpack_from(">hi", records, pos + 21)
             last = base + last_delta
             count = struct.unpack_from(">i", records, pos + 57)[0]
-            rows = not attrs & 0x20 and count > 0 and last >= out.next_offset  # not a marker, nor empty
+            rows = not attrs & CONTROL and count > 0 and last >= out.next_offset  # not a marker, nor empty
+            if rows and aborted and attrs & TRANSACTIONAL:
+                rows = not in_aborted(aborted, struct.unpack_from(">q", records, pos + 43)[0], base)
         if rows:
             out.spans.append((pos, stop, magic))
         out.next_offset = max(out.next_offset, last + 1)
         pos = stop
     return out
+
+
+def by_producer(aborted) -> dict[int, list[tuple[int, int]]]:
+    """Aborted transactions, each (producer id, first offset, marker offset), by producer."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for pid, first, marker in aborted:
+        out.setdefault(pid, []).append((first, marker))
+    return out
+
+
+def in_aborted(aborted: dict, producer_id: int, offset: int) -> bool:
+    """Whether a transactional batch of ``producer_id`` at ``offset`` is in one of its
+    ``aborted`` transactions (:func:`by_producer`)."""
+    return any(first <= offset < marker for first, marker in aborted.get(producer_id, ()))
 
 
 HEADERS = pa.schema(
@@ -140,7 +159,6 @@ HEADERS = pa.schema(
         ("records", pa.int32()),
     ]
 )
-CONTROL, TRANSACTIONAL = 0x20, 0x10  # attribute bits
 
 
 def batch_headers(batches: Walk) -> pa.RecordBatch:
@@ -150,7 +168,7 @@ def batch_headers(batches: Walk) -> pa.RecordBatch:
     set (magic 0 or 1) has no producer id: -1. A Python loop only hops from batch to batch;
     the fields are gathered with numpy."""
     records, start, end = batches.records, batches.start, batches.end
-    at = np.asarray(_batch_positions(records, end), np.int64)
+    at = np.asarray(batch_positions(records, end), np.int64)
     if len(at) and at[-1] + _HEADER.size > len(records):  # a short legacy message last: read zeros past it
         records = bytes(records) + bytes(_HEADER.size)
     buf = np.frombuffer(records, np.uint8)
@@ -181,7 +199,7 @@ def batch_headers(batches: Walk) -> pa.RecordBatch:
     )
 
 
-def _batch_positions(records: bytes, end: int) -> list[int]:
+def batch_positions(records: bytes, end: int) -> list[int]:
     """Where each complete batch of a response starts, up to the first past ``end``."""
     out, pos, size = [], 0, len(records)
     head = struct.Struct(">qiib").unpack_from
@@ -310,7 +328,7 @@ def _record_bodies(buf: bytes, run: _Run) -> np.ndarray:
                 add(pos)
                 pos += ((b & 0x7F) | (c << 7)) >> 1
             else:
-                raw, pos = _varint(buf, pos)
+                raw, pos = varint(buf, pos)
                 add(pos)
                 pos += raw >> 1
         if pos != stop:
@@ -318,7 +336,7 @@ def _record_bodies(buf: bytes, run: _Run) -> np.ndarray:
     return np.array(starts, np.int64)
 
 
-def _varint(buf, pos: int) -> tuple[int, int]:
+def varint(buf, pos: int) -> tuple[int, int]:
     """One unsigned varint at ``pos`` (the raw value, before zigzag) and the position after it."""
     value = shift = 0
     while True:
@@ -339,7 +357,7 @@ def _varints(arr: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     after = pos + 1 + more0 + more1
     values = (raw >> 1) ^ -(raw & 1)
     for i in np.flatnonzero(more1 & (b2 >= 0x80)):
-        n, after[i] = _varint(arr.data, int(pos[i]))
+        n, after[i] = varint(arr.data, int(pos[i]))
         values[i] = (n >> 1) ^ -(n & 1)
     return values, after
 

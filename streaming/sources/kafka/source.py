@@ -8,6 +8,11 @@ that a Fetch reports. On Kafka the two agree. Tansu, the broker the tests
 run, under-reports ListOffsets at the end of a multi-record batch while its
 high watermark is right, so this source reads exactly to the true end on both.
 The driver asks both on one consumer that lives as long as the reader.
+
+Isolation (option ``kafka.isolation.level``) is read_committed by default, done from the
+log's control batches (``transactions.py``): the driver plans no batch past a partition's
+last stable offset, and each range drops the batches of the aborted transactions it
+overlaps. read_uncommitted reads every record, as before.
 """
 
 from __future__ import annotations
@@ -27,18 +32,24 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from pidquota.conf.settings import BY_NAME
 from pidquota.store.kafka import KafkaError, consumer, normalized, parse_starting_offsets, safe_options
 from pidquota.streaming import log_audit, stopping
 from pidquota.streaming.screen import screen_limit, screened_schema
 from pidquota.streaming.sources.formats import screened_lines
 from pidquota.streaming.sources.kafka.records import ARROW, SCHEMA
+from pidquota.streaming.sources.kafka.transactions import READ_COMMITTED, READ_UNCOMMITTED, Transactions
 
 log = logging.getLogger("pidquota.kafka")
 
 
 class KafkaRange(InputPartition):
-    def __init__(self, topic: str, partition: int, start: int, end: int, options: dict):
+    """One partition's offsets start <= offset < end; ``aborted``: the aborted transactions whose
+    batches the read drops (read_committed), each (producer id, first offset, marker offset)."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int, options: dict, aborted=()):
         self.topic, self.partition, self.start, self.end, self.options = topic, partition, start, end, options
+        self.aborted = list(aborted)
 
 
 def _consumer(options: dict, **extra):
@@ -99,9 +110,38 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_per_trigger = int(options.get("maxoffsetspertrigger", 0))
         self._client = None
         self._target: dict | None = None  # availableNow: the end offsets when the query started
+        self._txns = self._transactions(options)
+        self._warned: dict = {}  # (topic, partition) -> the offset an open transaction held it at
         log.info("Kafka source options: %s", safe_options(options))  # the SASL password redacted
 
     # -- driver side -------------------------------------------------------------------
+    def _transactions(self, options: dict) -> Transactions | None:
+        """read_committed (the default): the transactions followed from the log; else None."""
+        level = options.get("kafka.isolation.level", BY_NAME["pidquota.kafka.isolation.level"].default)
+        if level not in (READ_COMMITTED, READ_UNCOMMITTED):
+            raise KafkaError(
+                f"kafka.isolation.level {level!r}: use {READ_COMMITTED} or {READ_UNCOMMITTED} "
+                "(pidquota.kafka.isolation.level)"
+            )
+        if level == READ_UNCOMMITTED:
+            return None
+        timeout_ms = int(
+            options.get("transactiontimeoutms", BY_NAME["pidquota.kafka.transaction.timeout.ms"].default)
+        )
+        return Transactions(self._scan, timeout_ms, high_watermark=self._high_watermark)
+
+    def _high_watermark(self, topic: str, partition: int) -> int:
+        from kafka import TopicPartition
+
+        tp = TopicPartition(topic, partition)
+        return self._end_offsets([tp])[tp]
+
+    def _scan(self, topic: str, partition: int, start: int, end: int):
+        """The transaction marks of a partition's offsets [start, end), read on the driver."""
+        from pidquota.streaming.sources.kafka.fetch import read_range
+
+        return read_range(KafkaRange(topic, partition, start, end, self.options), _lost, what="marks")
+
     @property
     def client(self):
         if self._client is None:
@@ -264,7 +304,33 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         f"what it held from offset {off} on is not read",
                         self.options,
                     )
-        return self._limited(start, self._starts(start, ends), ends, limit)
+        starts = self._starts(start, ends)
+        if self._txns is not None:  # records of an open transaction wait for its marker
+            budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+            stable = self._txns.stable_ends(starts, ends, budget)
+            if self._target is not None:
+                self._held_back(starts, stable)
+            ends = stable
+        return self._limited(start, starts, ends, limit)
+
+    def _held_back(self, starts: dict, stable: dict) -> None:
+        """availableNow (``--once``) ends where nothing more is stable: say which open
+        transaction stops a partition short of the target, once per partition and offset."""
+        for topic, parts in stable.items():
+            for p, end in parts.items():
+                held = self._txns.open_at(topic, int(p))
+                short = end < self._target.get(topic, {}).get(p, end) and end == starts[topic][p]
+                if held and short and self._warned.get((topic, p)) != end:
+                    self._warned[(topic, p)] = end
+                    log.warning(
+                        "pidquota: %s-%d is read up to offset %d only: producer %d's transaction there "
+                        "has no COMMIT or ABORT yet. A later run reads on once it has one (or after "
+                        "pidquota.kafka.transaction.timeout.ms)",
+                        topic,
+                        int(p),
+                        end,
+                        held[0],
+                    )
 
     def _limited(self, start: dict, starts: dict, ends: dict, limit) -> dict:
         """``ends`` within ``limit``, the ReadLimit Spark passes (pyspark 4.3 may pass any of
@@ -306,7 +372,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         self.options,
                     )
                 if until > since:
-                    ranges.append(KafkaRange(topic, int(p), int(since), int(until), self.options))
+                    aborted = self._txns.aborted(topic, int(p), since, until) if self._txns else ()
+                    ranges.append(KafkaRange(topic, int(p), int(since), int(until), self.options, aborted))
                 elif until < since and not new:
                     _lost(
                         f"{topic}-{p} went back from offset {since} to {until} (truncated or recreated); "
@@ -316,7 +383,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ranges
 
     def commit(self, end: dict) -> None:
-        pass  # Spark's checkpoint is the source of truth; nothing is committed to Kafka
+        """Nothing is committed to Kafka (Spark's checkpoint is the source of truth); aborted
+        transactions that no later read can need are forgotten."""
+        if self._txns is not None:
+            self._txns.forget_before(end)
 
     def stop(self) -> None:
         if self._client is not None:
@@ -329,7 +399,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
         if partition.options.get("inputformat") == log_audit.FORMAT:  # batch headers, not records
-            return log_audit.audit_screen(read_range(partition, _lost, headers_only=True), partition.options)
+            return log_audit.audit_screen(read_range(partition, _lost, what="headers"), partition.options)
         return screened_lines(read_range(partition, _lost), ARROW, partition.options)
 
 

@@ -49,6 +49,36 @@ def test_verdicts_through_kafka_equal_the_file_path(kafka, make_enforcer, tmp_pa
     assert via_kafka["metrics"].events.sum() == len(lines)
 
 
+def test_aborted_events_are_never_decided_and_committed_ones_decide_as_if_alone(
+    kafka, make_enforcer, tmp_path
+):
+    """The same traffic twice: plain, and in transactions with aborted floods of new PIDs
+    between them. Read committed (the default), the verdicts are the same."""
+    from harness.kafka import create
+    from kafka import KafkaProducer
+
+    lines, keys = generated(10)
+    kafka.produce("plain", lines, keys, partitions=1)
+    create(kafka, "with-aborts")
+    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap, transactional_id="with-aborts", linger_ms=5)
+    producer.init_transactions()
+    for i in range(0, len(lines), 97):
+        for abort in (True, False):
+            producer.begin_transaction()
+            for j, line in enumerate(lines[i : i + 97]):
+                if abort:  # the same users, each event a new PID: a flood, were it counted
+                    line = json.dumps({**json.loads(line), "producer_id": 10**9 + i + j})
+                producer.send("with-aborts", key=keys[i + j].encode(), value=line.encode())
+            producer.flush()
+            producer.abort_transaction() if abort else producer.commit_transaction()
+    producer.close()
+    plain = make_enforcer(tmp_path / "p", QUOTAS).run_kafka(f"kafka://{kafka.bootstrap}/plain")
+    dirty = make_enforcer(tmp_path / "d", QUOTAS).run_kafka(f"kafka://{kafka.bootstrap}/with-aborts")
+    assert len(plain["decisions"]) > 100
+    assert verdicts(dirty) == verdicts(plain)
+    assert dirty["metrics"].events.sum() == len(lines)
+
+
 def test_resume_after_stop_no_reread_no_gap(kafka, make_enforcer, tmp_path):
     lines, keys = generated(6, seed=12)
     half = len(lines) // 2

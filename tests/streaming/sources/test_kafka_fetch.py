@@ -2,39 +2,19 @@
 
 Reads go through ``KafkaStreamReader.partitions`` and ``read`` as Spark would
 call them, against Tansu; the decoder is also fed hand-built record batches.
-Tansu does not filter aborted transactions for read_committed consumers, and
-pidquota reads read_uncommitted anyway, so aborted records are expected.
+Tansu does not filter aborted transactions for read_committed consumers; the test of a
+range ending on a marker reads read_uncommitted, so aborted records are expected there
+(read_committed is tested in test_kafka_transactions.py).
 """
 
 import time
 
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
-from kafka.admin import NewTopic
+from harness.kafka import create, read_rows, reader
+from kafka import KafkaProducer
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from pidquota.store.kafka import KafkaError
-from pidquota.streaming.sources.kafka.source import KafkaStreamReader
-
-
-def reader(kafka, topic: str, **options) -> KafkaStreamReader:
-    return KafkaStreamReader({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, **options})
-
-
-def read_rows(rd: KafkaStreamReader, topic: str, start: dict, end: dict) -> list[dict]:
-    rows = []
-    for part in rd.partitions({topic: start}, {topic: end}):
-        for batch in rd.read(part):
-            rows += batch.to_pylist()
-    return rows
-
-
-def create(kafka, topic: str, partitions: int = 1) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        admin.close()
 
 
 def produce_transactions(kafka, topic: str) -> None:
@@ -53,7 +33,7 @@ def produce_transactions(kafka, topic: str) -> None:
 
 def test_a_range_ending_on_a_transaction_marker_is_read_to_its_end_at_once(kafka):
     produce_transactions(kafka, "txn")
-    rd = reader(kafka, "txn", fetchTimeoutMs="5000")
+    rd = reader(kafka, "txn", fetchTimeoutMs="5000", **{"kafka.isolation.level": "read_uncommitted"})
     end = rd.latestOffset(rd.initialOffset(), ReadAllAvailable())
     assert end == {"txn": {"0": 12}}  # 9 records and 3 markers: 3, 7 and 11
     t0 = time.monotonic()

@@ -74,7 +74,7 @@ def _codecs(bootstrap: str, topic: str) -> set[int]:
     end = reader.latestOffset(start, ReadAllAvailable())
     found = set()
     for part in reader.partitions(start, end):
-        for headers in read_range(part, _lost, headers_only=True):
+        for headers in read_range(part, _lost, what="headers"):
             found |= {a & 7 for a in headers.column("attributes").to_pylist()}
     reader.stop()
     return found
