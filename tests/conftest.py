@@ -77,7 +77,10 @@ def _spark_needs_its_marker():
 def spark():
     from pidquota.streaming.session import spark_session
 
-    session = spark_session(load(overrides={"pidquota.spark.shuffle.partitions": "2"}, environ={}))
+    # In-process tests check logic, and a failed task fails them at once: local[2,1]. The CLI's
+    # default local[2] runs as local[2,4] (tests/streaming/test_faults.py kills a worker).
+    overrides = {"pidquota.spark.shuffle.partitions": "2", "pidquota.spark.master": "local[2,1]"}
+    session = spark_session(load(overrides=overrides, environ={}))
     yield session
     session.stop()
 
