@@ -280,7 +280,10 @@ def _busy_python_worker(root: int) -> int | None:
     daemons = set()
     for pid in parents:
         with contextlib.suppress(OSError):
-            if b"pyspark.daemon" in Path(f"/proc/{pid}/cmdline").read_bytes() and under_root(pid):
+            # the task workers' daemon (pyspark.worker), not the data source planners' daemons
+            if b"pyspark.daemon\x00pyspark.worker\x00" in Path(
+                f"/proc/{pid}/cmdline"
+            ).read_bytes() and under_root(pid):
                 daemons.add(pid)
     before = {}
     for pid in (p for p, parent in parents.items() if parent in daemons):
@@ -307,6 +310,10 @@ def straight_file_run(tmp_path_factory) -> tuple[Path, Path, Path]:
 
 @pytest.mark.e2e
 def test_a_python_worker_killed_mid_batch_is_retried_and_decides_the_same(tmp_path, straight_file_run):
+    """SIGKILL a task worker that is using CPU, the JVM staying up: the decisions are the same.
+    Known gap (issue 24): tasks here last ~100 ms, and in trials the worker found was already
+    back in Spark's idle pool (Spark logs that it died), so this run passes with
+    ``--master local[2,1]`` too; it does not yet prove a mid-task kill is retried."""
     inp, quotas, straight = straight_file_run
     killed = tmp_path / "killed"
     cmd = [*_file_run(inp, killed), "--quotas", str(quotas)]
