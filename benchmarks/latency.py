@@ -56,6 +56,22 @@ def max_rate(spark, config, quotas, work: Path) -> float:
     return 500_000 / (time.perf_counter() - start)
 
 
+def realistic_tick(rng, n: int, fresh_pid: int) -> tuple[str, int]:
+    """``n`` realistic events as JSON lines stamped with the wall clock now: 500 users of 8
+    steady PIDs each, 1% of events a new PID from ``fresh_pid`` on. Returns them and the next
+    new PID."""
+    principal = rng.integers(0, 500, n)
+    pid = principal * 100 + rng.integers(0, 8, n)
+    fresh = rng.random(n) < 0.01
+    pid[fresh] = fresh_pid + np.arange(fresh.sum())
+    now = int(time.time() * 1000)
+    body = "".join(
+        f'{{"timestamp": {now}, "principal": "User:u{p}", "producer_id": {q}, "producer_epoch": 0}}\n'
+        for p, q in zip(principal.tolist(), pid.tolist(), strict=True)
+    )
+    return body, fresh_pid + int(fresh.sum())
+
+
 def writer(folder: Path, rate: float, seconds: float, stop: threading.Event) -> None:
     """Files of realistic events stamped with the moment they appear."""
     rng = np.random.default_rng(11)
@@ -65,16 +81,7 @@ def writer(folder: Path, rate: float, seconds: float, stop: threading.Event) -> 
     k = 0
     while time.monotonic() < end and not stop.is_set():
         tick = time.monotonic()
-        principal = rng.integers(0, 500, per_tick)
-        pid = principal * 100 + rng.integers(0, 8, per_tick)
-        fresh = rng.random(per_tick) < 0.01
-        pid[fresh] = fresh_pid + np.arange(fresh.sum())
-        fresh_pid += int(fresh.sum())
-        now = int(time.time() * 1000)
-        body = "".join(
-            f'{{"timestamp": {now}, "principal": "User:u{p}", "producer_id": {q}, "producer_epoch": 0}}\n'
-            for p, q in zip(principal.tolist(), pid.tolist(), strict=True)
-        )
+        body, fresh_pid = realistic_tick(rng, per_tick, fresh_pid)
         tmp = folder / f".part-{k:06d}.jsonl.tmp"  # hidden until renamed: the source skips it
         tmp.write_text(body)
         # the stamp is taken before the rename, so a latency is never understated

@@ -42,6 +42,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* from the root
+
 TARGETS = {  # measure -> (how a third is summarised, allowed last/middle ratio)
     "checkpoint": (max, 1.25),
     "rss": (statistics.median, 1.15),
@@ -146,20 +148,12 @@ def feeder(folder: Path, rate: float, stop: threading.Event) -> None:
     """A file of realistic events a second (1% new PIDs), stamped with the wall clock."""
     import numpy as np
 
+    from benchmarks.latency import realistic_tick
+
     rng, fresh_pid, k = np.random.default_rng(11), 50_000_000, 0
     while not stop.is_set():
         tick = time.monotonic()
-        n = max(1, round(rate))
-        principal = rng.integers(0, 500, n)
-        pid = principal * 100 + rng.integers(0, 8, n)
-        fresh = rng.random(n) < 0.01
-        pid[fresh] = fresh_pid + np.arange(fresh.sum())
-        fresh_pid += int(fresh.sum())
-        now = int(time.time() * 1000)
-        body = "".join(
-            f'{{"timestamp": {now}, "principal": "User:u{p}", "producer_id": {q}, "producer_epoch": 0}}\n'
-            for p, q in zip(principal.tolist(), pid.tolist(), strict=True)
-        )
+        body, fresh_pid = realistic_tick(rng, max(1, round(rate)), fresh_pid)
         tmp = folder / f".part-{k:08d}.jsonl.tmp"
         tmp.write_text(body)
         os.replace(tmp, folder / f"part-{k:08d}.jsonl")
