@@ -136,7 +136,7 @@ def test_spark_submit_with_the_package_decides_as_local_mode(
 
 
 def test_the_demo_runs_on_the_cluster_and_the_log_level_turns_spark_s_logging_up(spark_cluster, tmp_path):
-    args = ["run", "--master", spark_cluster.url, "--output", str(tmp_path / "out"), "--duration", "10s"]
+    args = ["run", "--master", spark_cluster.url, "--output", str(tmp_path / "out"), "--duration", "4s"]
     done = cli(*args, "--set", "pidquota.log.level=INFO", env=on_cluster(spark_cluster))
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(read_output(tmp_path / "out", "decisions")) > 0
