@@ -1,12 +1,12 @@
 """State at scale: Spark's two state stores with 10k and 100k active principals.
 
     python benchmarks/state_scale.py [--principals 10000 100000] [--batches 5] [--touch 1.0]
-    python benchmarks/state_scale.py --principals 1000000 --stores rocksdb --batches 4 --touch 0.01
+    python benchmarks/state_scale.py --principals 1000000 --stores rocksdb --batches 4 --touch 0.01 --driver-memory 6g
 
 For each state store (``pidquota.state.store``: ``hdfs``, Spark's default
 HDFS-backed store; ``rocksdb``, RocksDB with changelog checkpointing) and each
 number of principals, one fresh process (one JVM, local[2], Spark's default
-1 GiB driver memory) runs the enforcer on ``--batches`` files, one file (one
+1 GiB driver memory, or ``--driver-memory``) runs the enforcer on ``--batches`` files, one file (one
 minute of event time) per micro-batch. Every principal sends in every batch:
 its two long-lived producers and one new PID, so every principal's state
 changes every batch (the worst case for checkpoint writes). With ``--touch F``
@@ -123,7 +123,7 @@ def per_batch_files(state: Path) -> tuple[dict[int, int], int]:
     return by_version, other
 
 
-def one_run(store: str, principals: int, batches: int, touch: float = 1.0) -> dict:
+def one_run(store: str, principals: int, batches: int, touch: float = 1.0, heap: str = "") -> dict:
     """The enforcer on a fresh input, in this process: the numbers of one table row."""
     from pidquota.conf.loader import load
     from pidquota.quota import StaticQuotas
@@ -134,7 +134,9 @@ def one_run(store: str, principals: int, batches: int, touch: float = 1.0) -> di
     work = Path(tempfile.mkdtemp(prefix=f"pidquota-state-{store}-"))
     try:
         events = write_input(work / "in", principals, batches, touch)
-        config = load(environ={}, overrides={"pidquota.state.store": store})
+        config = load(
+            environ={}, overrides={"pidquota.state.store": store, "pidquota.spark.driver.memory": heap}
+        )
         spark = spark_session(config)
         quotas = StaticQuotas.from_file(config.quotas_path())
         out, ck = work / "out", work / "out" / "_ck"
@@ -142,9 +144,14 @@ def one_run(store: str, principals: int, batches: int, touch: float = 1.0) -> di
         lines = q.file_source(spark, str(work / "in"), 1, str(ck), screen=screen)
         query = q.start(q.enforcer(lines, config, quotas), JsonlSink(out), str(ck), True, 0)
         query.awaitTermination()
-        return {"store": store, "principals": principals, "events": events, "touch": touch} | measure(
-            spark, query, ck, out
-        )
+        row = {
+            "store": store,
+            "principals": principals,
+            "events": events,
+            "touch": touch,
+            "driver": heap or "1g",
+        }
+        return row | measure(spark, query, ck, out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -189,15 +196,15 @@ def mib(n) -> str:
 
 def print_table(rows: list[dict]) -> None:
     print(
-        "| store | principals | touched per batch | batch time (median) | state on disk | checkpoint per batch "
+        "| store | principals | driver heap | touched per batch | batch time (median) | state on disk | checkpoint per batch "
         "| of the first batch's | snapshots (SST) | JVM heap after GC | JVM RSS | Python workers (PSS) "
         "| Spark memoryUsedBytes |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         share = f"{r['per_batch'] / r['first_batch']:.0%}" if r.get("first_batch") else "-"
         print(
-            f"| {r['store']} | {r['principals']:,} | {r['touch']:.0%} | {r['batch_ms'] / 1000:.1f} s "
+            f"| {r['store']} | {r['principals']:,} | {r['driver']} | {r['touch']:.0%} | {r['batch_ms'] / 1000:.1f} s "
             f"| {mib(r['state_disk'])} | {mib(r['per_batch'])} | {share} | {mib(r['snapshots'])} | {mib(r['heap'])} "
             f"| {mib(r['jvm_rss'])} | {mib(r['python_rss'])} | {mib(r['state_memory'])} |"
         )
@@ -232,17 +239,22 @@ def main() -> None:
     ap.add_argument(
         "--touch", type=float, default=1.0, help="share of principals in each batch after the first"
     )
+    ap.add_argument(
+        "--driver-memory",
+        default="",
+        help="pidquota.spark.driver.memory (empty: Spark's 1g); 1M principals need more",
+    )
     ap.add_argument("--one", nargs=2, metavar=("STORE", "PRINCIPALS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        result = one_run(args.one[0], int(args.one[1]), args.batches, args.touch)
+        result = one_run(args.one[0], int(args.one[1]), args.batches, args.touch, args.driver_memory)
         print("RESULT " + json.dumps(result), flush=True)
         return
     rows = []
     for principals in args.principals:
         for store in args.stores:
             cmd = [sys.executable, __file__, "--one", store, str(principals), "--batches", str(args.batches)]
-            cmd += ["--touch", str(args.touch)]
+            cmd += ["--touch", str(args.touch), "--driver-memory", args.driver_memory]
             done = subprocess.run(cmd, capture_output=True, text=True)
             result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
             if not result:

@@ -164,6 +164,11 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
     duration_s = None if args.duration is None else parse_duration_ms(args.duration) / 1000
     try:
         error = wait(query, duration_s, signals, _progress_observers(config, args.once, plan.exporter))
+    except Exception as exc:
+        gone = _jvm_gone(exc, config)
+        if gone is None:
+            raise
+        raise gone from None
     finally:
         sink.close()
     if error is not None:
@@ -177,6 +182,31 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
         table.flush()
     _say_end(args, plan, sink.totals, summary)
     return signals.exit_code or 0
+
+
+def _jvm_gone(error: BaseException, config) -> PidquotaError | None:
+    """Spark's JVM died under the query (py4j lost it): one line with its exit code and what to
+    do, instead of py4j's trace. Out of memory is the likely cause (Spark exits 52 on it; the
+    kernel's OOM killer shows as signal 9)."""
+    from py4j.protocol import Py4JError, Py4JNetworkError
+    from pyspark import SparkContext
+
+    if not isinstance(error, Py4JError | ConnectionError):
+        return None
+    proc = getattr(SparkContext._gateway, "proc", None)
+    code = proc.poll() if proc is not None else None
+    if code is None and not isinstance(error, Py4JNetworkError | ConnectionError):
+        return None  # the JVM is there: a Java error of its own
+    how = "it stopped answering" if code is None else f"it exited with code {code}"
+    if code is not None and code < 0:
+        how = f"it was killed by signal {-code}"
+    heap = config["pidquota.spark.driver.memory"] or "Spark's default, 1g"
+    return PidquotaError(
+        f"Spark's JVM died during the run ({how}). Out of memory is the usual cause: give it a "
+        f"bigger heap with --set pidquota.spark.driver.memory=4g (now {heap}), or fewer events "
+        "per batch with pidquota.max.events.per.trigger; then run the same command again: it "
+        "resumes from its checkpoint and loses nothing"
+    )
 
 
 def _sink(plan: run_plan.Plan, on_batch, summed: bool):

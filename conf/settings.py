@@ -59,6 +59,23 @@ def _zone_problem(name: str) -> str | None:
     return None
 
 
+_UNITS = {"k": 1, "m": 1024, "g": 1024**2, "t": 1024**3}  # in KiB
+
+
+def _memory_problem(size: str) -> str | None:
+    """A JVM heap size as Spark writes it (``512m``, ``4g``), at least Spark's minimum; or empty."""
+    import re
+
+    if size == "":
+        return None
+    m = re.fullmatch(r"([1-9][0-9]*)([kmgt])", size.strip().lower())
+    if m is None:
+        return "is not a memory size; write it as Spark does, e.g. 4g or 512m (empty: Spark's default, 1g)"
+    if int(m.group(1)) * _UNITS[m.group(2)] < 512 * 1024:
+        return "is too small: Spark refuses a driver heap under about 450 MiB; give at least 512m"
+    return None
+
+
 SETTINGS: tuple[Setting, ...] = (
     # -- KIP-936 --------------------------------------------------------------------
     Setting(
@@ -433,6 +450,19 @@ SETTINGS: tuple[Setting, ...] = (
         "This machine class has 2 cores; a cluster deployment gives its own master, which wins.",
         "Spark master URL, used only when nothing else gave one (pidquota run --master, "
         "spark-submit --master, spark.master in Spark's configuration).",
+    ),
+    Setting(
+        "pidquota.spark.driver.memory",
+        str,
+        "",
+        "Empty keeps Spark's default heap (1g), enough for the demo and for 100k principals "
+        "(benchmarks/state_scale.py). Each batch's output rows are collected into the driver "
+        "before they are written, and in local mode the executors share its heap: a first "
+        "batch of 3M events from 1M principals died with 2g and ran with 4g.",
+        "The driver JVM's heap (spark.driver.memory, e.g. 4g) when pidquota starts Spark "
+        "itself; spark-submit's --driver-memory, PYSPARK_SUBMIT_ARGS or spark-defaults.conf "
+        "win. In local mode the executors run in the same JVM.",
+        check=_memory_problem,
     ),
     Setting(
         "pidquota.spark.shuffle.partitions",

@@ -13,6 +13,8 @@
 * **Worker Python.** ``spark.pyspark.python`` or ``PYSPARK_PYTHON`` if set,
   else the interpreter running pidquota (in local mode a fresh virtualenv just
   works; on a cluster that path must exist on every node).
+* **Memory.** A JVM pidquota starts gets ``pidquota.spark.driver.memory`` as its
+  heap, unless the user gave Spark one (``--driver-memory``, ``spark.driver.memory``).
 * **State store.** ``pidquota.state.store``: Spark's HDFS-backed store or RocksDB
   with changelog checkpointing (docs/cluster.md's table measures both).
 * **Logs.** Spark logs through ``conf/log4j2.properties`` at
@@ -75,7 +77,7 @@ def spark_session(config: Config, master: str | None = None):
     """Get or create the session from ``config``; ``master``: ``pidquota run --master``."""
     find_java()
     level = config["pidquota.log.level"]
-    conf = _gateway()
+    conf = _gateway(config["pidquota.spark.driver.memory"])
     chosen = choose_master(master, given_master(conf), config["pidquota.spark.master"])
     check_master(chosen)
     python = conf.get("spark.pyspark.python", None) or os.environ.get("PYSPARK_PYTHON") or sys.executable
@@ -107,15 +109,19 @@ def spark_session(config: Config, master: str | None = None):
     return spark
 
 
-def _gateway():
+def _gateway(driver_memory: str = ""):
     """Start Spark's JVM, or join the one spark-submit started; returns its SparkConf. A JVM
     pidquota starts logs through ``conf/log4j2.properties`` from its first line, unless the
-    user gave the driver Java options of their own."""
+    user gave the driver Java options of their own, and gets ``driver_memory``
+    (``pidquota.spark.driver.memory``) as its heap, unless the user gave Spark one."""
     from pyspark import SparkConf, SparkContext
 
     launch = SparkConf(loadDefaults=False)
-    if SparkContext._gateway is None and "spark.driver.extraJavaOptions" not in launch_settings():
+    given = launch_settings() if SparkContext._gateway is None else {}
+    if SparkContext._gateway is None and "spark.driver.extraJavaOptions" not in given:
         launch.set("spark.driver.extraJavaOptions", f"-D{_LOG4J_PROPERTY}={LOG4J2.as_uri()}")
+    if SparkContext._gateway is None and driver_memory and "spark.driver.memory" not in given:
+        launch.set("spark.driver.memory", driver_memory)
     gateway = _launch(launch) if SparkContext._gateway is None else None
     SparkContext._ensure_initialized(gateway=gateway, conf=launch)
     return SparkConf()  # the JVM's: what spark-submit and Spark's configuration files set
@@ -158,7 +164,11 @@ def _own_logging(jvm) -> None:
 
 # spark-submit's options that take no value, and those that stand for a spark.* key
 _SUBMIT_FLAGS = frozenset({"--verbose", "-v", "--supervise", "--help", "-h", "--version", "--usage-error"})
-_SUBMIT_KEYS = {"--master": "spark.master", "--driver-java-options": "spark.driver.extraJavaOptions"}
+_SUBMIT_KEYS = {
+    "--master": "spark.master",
+    "--driver-java-options": "spark.driver.extraJavaOptions",
+    "--driver-memory": "spark.driver.memory",
+}
 
 
 def submit_options(tokens: list[str]) -> dict[str, str]:

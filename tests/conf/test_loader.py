@@ -63,6 +63,9 @@ def test_precedence_file_env_then_set(tmp_path):
         ),
         ({"producer.id.quota.cache.false.positive.rate": "nan"}, r"not a valid float"),
         ({"pidquota.log.level": "LOUD"}, r"pidquota.log.level = 'LOUD' .*one of ERROR"),
+        ({"pidquota.spark.driver.memory": "4 GB"}, r"driver.memory = '4 GB' .*not a memory size; .* 4g"),
+        ({"pidquota.spark.driver.memory": "4096"}, r"driver.memory = '4096' .*not a memory size"),
+        ({"pidquota.spark.driver.memory": "256m"}, r"driver.memory = '256m' .*too small: .* at least 512m"),
     ],
 )
 def test_bad_values_fail_naming_the_key(overrides, message):

@@ -349,6 +349,51 @@ def test_a_full_output_disk_stops_the_run_in_one_line_and_it_resumes_once_there_
         disk.close()
 
 
+def _spark_jvm(root: int) -> int | None:
+    """The pid of the Spark JVM (``SparkSubmit``) in ``root``'s process tree, if it is up."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError):
+            if b"org.apache.spark.deploy.SparkSubmit" not in (entry / "cmdline").read_bytes():
+                continue
+            pid = int(entry.name)
+            while pid > 1 and pid != root:
+                pid = _parent(pid)
+            if pid == root:
+                return int(entry.name)
+    return None
+
+
+@pytest.mark.e2e
+def test_a_jvm_that_dies_mid_run_is_one_line_naming_the_heap_setting(tmp_path):
+    """Spark's JVM killed under a run (as the kernel's OOM killer would): the run ends with one
+    line that says so and names pidquota.spark.driver.memory, not py4j's traceback."""
+    inp, out = tmp_path / "in", tmp_path / "out"
+    _write_input(inp)
+    proc = subprocess.Popen(
+        _file_run(inp, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while proc.poll() is None and _batches(out) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        jvm = _spark_jvm(proc.pid)
+        assert proc.poll() is None and jvm is not None, "the run ended before its JVM could be killed"
+        os.kill(jvm, signal.SIGKILL)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = err.decode()
+    assert proc.returncode == 2, err[-3000:]
+    ours = [line for line in err.splitlines() if line.startswith("pidquota:")]
+    assert len(ours) == 1, err[-3000:]
+    assert ours[0].startswith("pidquota: error: Spark's JVM died during the run (it was killed by signal 9)")
+    assert "pidquota.spark.driver.memory=4g (now Spark's default, 1g)" in ours[0]
+    assert "Traceback" not in err and "Py4J" not in err, err[-3000:]
+
+
 @pytest.mark.parametrize("name", ["_under.jsonl", "ev[1].jsonl", ".hidden.jsonl"])
 def test_a_named_file_is_read_whatever_its_name(name, make_enforcer, tmp_path):
     from pidquota.streaming import query as q

@@ -127,16 +127,42 @@ def test_spark_submit_s_default_master_does_not_count_as_given(monkeypatch):
 
 def test_only_spark_submit_s_own_options_count_not_the_application_s():
     opts = "--master spark://m:7077 --py-files z.zip --verbose --conf spark.x=1 --driver-java-options -Dy=2"
-    assert session.submit_options([*opts.split(), "main.py", "run", "--master", "local[2]"]) == {
+    assert session.submit_options([*opts.split(), "--driver-memory", "3g", "main.py", "run"]) == {
         "spark.master": "spark://m:7077",
         "spark.x": "1",
         "spark.driver.extraJavaOptions": "-Dy=2",
+        "spark.driver.memory": "3g",
     }
     assert session.submit_options(["--conf=spark.master=local[3]", "pyspark-shell"]) == {
         "spark.master": "local[3]"
     }
     app_args = "--py-files z.zip main.py run --master spark://h:7077 --set pidquota.spark.master=local[4]"
     assert session.submit_options(app_args.split()) == {}
+
+
+@pytest.mark.parametrize(
+    "given, memory, launched",
+    [
+        ({}, "6g", "6g"),  # pidquota starts the JVM: its heap is the setting
+        ({}, "", None),  # empty: Spark's own default
+        ({"spark.driver.memory": "2g"}, "6g", None),  # --driver-memory or spark-defaults.conf win
+    ],
+)
+def test_the_driver_memory_setting_sizes_the_jvm_pidquota_starts(monkeypatch, given, memory, launched):
+    from pyspark import SparkContext
+
+    class Launched(Exception):
+        pass
+
+    def launch(conf):
+        raise Launched(conf.get("spark.driver.memory", None))
+
+    monkeypatch.setattr(SparkContext, "_gateway", None)  # no JVM yet, whatever the session holds
+    monkeypatch.setattr(session, "launch_settings", lambda: given)
+    monkeypatch.setattr(session, "_launch", launch)
+    with pytest.raises(Launched) as started:
+        session._gateway(memory)
+    assert started.value.args[0] == launched
 
 
 def test_spark_defaults_conf_is_read_as_java_properties():
