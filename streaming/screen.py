@@ -222,7 +222,9 @@ class Screen:
         self.line_schema = line_schema
         self.max_principal = max_principal
         self.fallback = "kafka_timestamp" in line_schema.names
-        self.schema = pa.schema([*FOLDED, *line_schema])
+        # nullable: a folded event's line columns are null, whatever the source declared (Spark's
+        # text source declares _metadata.file_path NOT NULL, and its code would trust that)
+        self.schema = pa.schema([*FOLDED, *(f.with_nullable(True) for f in line_schema)])
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         i = self.line_schema.get_field_index("value")

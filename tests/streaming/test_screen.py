@@ -13,6 +13,7 @@ import fuzz_corpus as fuzz
 import numpy as np
 import pyarrow as pa
 import pytest
+from pyspark.sql import functions as F
 
 from pidquota.streaming.screen import LEAF_ROWS, Screen
 
@@ -146,6 +147,47 @@ def test_screened_equals_strict_over_the_fuzz_corpus(spark):
     df = spark.createDataFrame(list(zip(values, files, strict=True)), "value binary, source_file string")
     events, dead = _compare(spark, df.selectExpr("cast(value as string) value", "source_file").repartition(3))
     assert sum(events.values()) > 3000 and sum(dead.values()) > 4000
+
+
+def test_spark_s_streaming_text_source_whose_columns_are_never_null_goes_through_the_screen(spark, tmp_path):
+    """Spark's streaming text source declares ``_metadata.file_path`` NOT NULL;
+    the screen nulls the line columns of the events it folds, so its output must say they
+    may be null (Spark's generated code trusted NOT NULL and failed with a
+    NullPointerException)."""
+    from pidquota.streaming.query import screened
+
+    _, records = fuzz.corpus(938, 300, 100)
+    lines = [fuzz.as_bytes(line) for line, _ in records]
+    lines += [  # plain events, which the screen folds (their line columns null)
+        json.dumps(
+            {"timestamp": 1_767_225_600_000 + i, "principal": f"User:{i % 7}", "producer_id": i}
+        ).encode()
+        for i in range(2000)
+    ]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_bytes(
+        b"\n".join(x for x in lines if b"\n" not in x and b"\r" not in x)
+    )
+    stream = spark.readStream.format("text").load(str(tmp_path / "in"))
+    stream = stream.select("value", F.col("_metadata.file_path").alias("source_file"))
+    assert not stream.schema["source_file"].nullable
+    query = (
+        screened(stream, 256)
+        .writeStream.format("memory")
+        .queryName("screened_text")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    batch = spark.read.text(str(tmp_path / "in")).select(
+        "value", F.col("_metadata.file_path").alias("source_file")
+    )
+    want_events, want_dead = _compare(spark, batch)
+    events, dead = _rows(spark, spark.table("screened_text"))
+    assert events == want_events and dead == want_dead
+    assert sum(events.values()) > 2200 and sum(dead.values()) > 50
 
 
 def test_screened_equals_strict_for_kafka_lines(spark):
