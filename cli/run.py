@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import shutil
+import subprocess
 import sys
 
 from pidquota.cli import checkpoints, run_plan
@@ -162,51 +164,82 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
     output = q.enforcer(lines, config, plan.quotas, replay_until=plan.replay_ms)
     query = q.start(output, sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"])
     duration_s = None if args.duration is None else parse_duration_ms(args.duration) / 1000
+    heap = spark.sparkContext.getConf().get("spark.driver.memory", "1g")  # while the JVM answers
     try:
         error = wait(query, duration_s, signals, _progress_observers(config, args.once, plan.exporter))
     except Exception as exc:
-        gone = _jvm_gone(exc, config)
+        gone = _jvm_gone(exc, heap)
         if gone is None:
             raise
         raise gone from None
     finally:
         sink.close()
     if error is not None:
-        full = _disk_full(error, plan)
-        if full is not None:
-            raise full
-        # Spark's own log of a query's end (conf/log4j2.properties denies it) would be the trace
-        print(str(getattr(error, "desc", None) or error).rstrip(), file=sys.stderr)
-        raise PidquotaError(f"the streaming query failed: {_first_line(error)}")
+        raise _query_failed(error, plan, heap)
     if table is not None:
         table.flush()
     _say_end(args, plan, sink.totals, summary)
     return signals.exit_code or 0
 
 
-def _jvm_gone(error: BaseException, config) -> PidquotaError | None:
-    """Spark's JVM died under the query (py4j lost it): one line with its exit code and what to
-    do, instead of py4j's trace. Out of memory is the likely cause (Spark exits 52 on it; the
-    kernel's OOM killer shows as signal 9)."""
-    from py4j.protocol import Py4JError, Py4JNetworkError
-    from pyspark import SparkContext
+def _query_failed(error: BaseException, plan: run_plan.Plan, heap: str) -> PidquotaError:
+    """The one line a failed query ends with: a full disk, a JVM that died or ran out of
+    memory, or else Spark's own error (its text printed first, as Spark's log of a query's end
+    would have been the trace: conf/log4j2.properties denies it)."""
+    known = _disk_full(error, plan) or _jvm_gone(error, heap)
+    if known is not None:
+        return known
+    print(str(getattr(error, "desc", None) or error).rstrip(), file=sys.stderr)
+    return PidquotaError(f"the streaming query failed: {_first_line(error)}")
 
-    if not isinstance(error, Py4JError | ConnectionError):
+
+def _jvm_gone(error: BaseException, heap: str) -> PidquotaError | None:
+    """Spark's JVM died under the query (py4j lost it) or ran out of memory: one line with how,
+    and a bigger ``heap`` to try, instead of py4j's or Java's trace. Out of memory is the
+    likely cause of a death too (Spark exits 52 on it; the kernel's OOM killer is signal 9)."""
+    from py4j.protocol import Py4JError, Py4JNetworkError
+
+    oom = "OutOfMemoryError" in str(getattr(error, "desc", None) or error)
+    if not oom and not isinstance(error, Py4JError | ConnectionError):  # py4j raises both
         return None
-    proc = getattr(SparkContext._gateway, "proc", None)
-    code = proc.poll() if proc is not None else None
-    if code is None and not isinstance(error, Py4JNetworkError | ConnectionError):
-        return None  # the JVM is there: a Java error of its own
-    how = "it stopped answering" if code is None else f"it exited with code {code}"
-    if code is not None and code < 0:
-        how = f"it was killed by signal {-code}"
-    heap = config["pidquota.spark.driver.memory"] or "Spark's default, 1g"
+    code = _jvm_exit_code()
+    if not oom and code is None and not isinstance(error, Py4JNetworkError):
+        return None  # the JVM is there: a Java error of its own, or another connection's
+    how = "out of memory" if oom else "it stopped answering"
+    if code is not None:
+        how = f"it was killed by signal {-code}" if code < 0 else f"it exited with code {code}"
+    bigger = _bigger_heap(heap)
+    advice = f"--set pidquota.spark.driver.memory={bigger}"
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # spark-submit started the JVM
+        advice = f"spark-submit --driver-memory {bigger}"
     return PidquotaError(
-        f"Spark's JVM died during the run ({how}). Out of memory is the usual cause: give it a "
-        f"bigger heap with --set pidquota.spark.driver.memory=4g (now {heap}), or fewer events "
-        "per batch with pidquota.max.events.per.trigger; then run the same command again: it "
+        f"Spark's JVM died or ran out of memory during the run ({how}). Out of memory is the "
+        f"usual cause: give it a bigger heap than its {heap}, e.g. {advice}, or fewer events per "
+        "batch with pidquota.max.events.per.trigger; then run the same command again: it "
         "resumes from its checkpoint and loses nothing"
     )
+
+
+def _jvm_exit_code(wait_s: float = 2.0) -> int | None:
+    """The exit code of the JVM pidquota started (negative: the signal that killed it), or
+    None if it is still running, or was not started by pidquota. A JVM whose socket just
+    closed may need a moment before the kernel reports its end."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        return None
+    try:
+        return proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _bigger_heap(heap: str) -> str:
+    """Twice ``heap`` (a size as Spark writes it), and at least 4g."""
+    m = re.fullmatch(r"([0-9]+)([kmgt])", heap.strip().lower())
+    kib = int(m.group(1)) * {"k": 1, "m": 1024, "g": 1024**2, "t": 1024**3}[m.group(2)] if m else 0
+    return f"{max(4, -(-2 * kib // 1024**2))}g"
 
 
 def _sink(plan: run_plan.Plan, on_batch, summed: bool):

@@ -14,7 +14,8 @@
   else the interpreter running pidquota (in local mode a fresh virtualenv just
   works; on a cluster that path must exist on every node).
 * **Memory.** A JVM pidquota starts gets ``pidquota.spark.driver.memory`` as its
-  heap, unless the user gave Spark one (``--driver-memory``, ``spark.driver.memory``).
+  heap, unless the user gave Spark one (``--driver-memory``, ``spark.driver.memory``,
+  ``SPARK_DRIVER_MEMORY``).
 * **State store.** ``pidquota.state.store``: Spark's HDFS-backed store or RocksDB
   with changelog checkpointing (docs/cluster.md's table measures both).
 * **Logs.** Spark logs through ``conf/log4j2.properties`` at
@@ -25,6 +26,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import re
 import shlex
@@ -101,12 +103,43 @@ def spark_session(config: Config, master: str | None = None):
     for key, value in STATE_STORES[config["pidquota.state.store"]].items():
         spark.conf.set(key, value)
     _own_logging(spark.sparkContext._jvm)
+    _quiet_accumulator_server(spark.sparkContext)
+    if _PY4J_RESEND not in logging.getLogger().filters:
+        logging.getLogger().addFilter(_PY4J_RESEND)
     spark.sparkContext.setLogLevel(level)
     from pidquota.streaming import ship
 
     if not chosen.startswith("local") or ship.shipped():
         ship_code(spark.sparkContext)
     return spark
+
+
+class _Py4JResend(logging.Filter):
+    """py4j logs a lost JVM connection on the root logger, with its traceback, and then raises
+    it (``java_gateway.py``, "Exception while sending command."): the error reaches pidquota,
+    which reports it in one line, so the log record is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "Exception while sending command."
+
+
+_PY4J_RESEND = _Py4JResend()
+
+
+def _quiet_accumulator_server(sc) -> None:
+    """PySpark's accumulator server prints a traceback to stderr when the JVM's connection ends
+    mid-update: the JVM died, which ``pidquota run`` says itself in one line. Other errors
+    there are printed as before."""
+    server = getattr(sc, "_accumulatorServer", None)
+    if server is None:
+        return
+    default = server.handle_error
+
+    def handle_error(request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], EOFError | ConnectionError):
+            default(request, client_address)
+
+    server.handle_error = handle_error
 
 
 def _gateway(driver_memory: str = ""):
@@ -120,7 +153,8 @@ def _gateway(driver_memory: str = ""):
     given = launch_settings() if SparkContext._gateway is None else {}
     if SparkContext._gateway is None and "spark.driver.extraJavaOptions" not in given:
         launch.set("spark.driver.extraJavaOptions", f"-D{_LOG4J_PROPERTY}={LOG4J2.as_uri()}")
-    if SparkContext._gateway is None and driver_memory and "spark.driver.memory" not in given:
+    given_memory = "spark.driver.memory" in given or os.environ.get("SPARK_DRIVER_MEMORY")
+    if SparkContext._gateway is None and driver_memory and not given_memory:
         launch.set("spark.driver.memory", driver_memory)
     gateway = _launch(launch) if SparkContext._gateway is None else None
     SparkContext._ensure_initialized(gateway=gateway, conf=launch)

@@ -86,6 +86,34 @@ def test_a_full_disk_is_one_line_naming_where(tmp_path):
     assert _disk_full(RuntimeError("java.io.IOException: Connection reset"), plan) is None
 
 
+def test_a_jvm_out_of_memory_or_gone_is_one_line_with_a_bigger_heap(monkeypatch):
+    from py4j.protocol import Py4JError, Py4JNetworkError
+
+    from pidquota.cli import run
+
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.setattr(run, "_jvm_exit_code", lambda: None)  # the JVM still answers
+    oom = RuntimeError("org.apache.spark.SparkException: ... java.lang.OutOfMemoryError: Java heap space")
+    line = str(run._jvm_gone(oom, "4g"))
+    assert line.startswith("Spark's JVM died or ran out of memory during the run (out of memory)")
+    assert "a bigger heap than its 4g, e.g. --set pidquota.spark.driver.memory=8g" in line
+    assert "run the same command again" in line
+    assert run._jvm_gone(Py4JError("a Java exception of its own"), "1g") is None  # the JVM is there
+    assert run._jvm_gone(RuntimeError("java.io.IOException: Connection reset"), "1g") is None
+    assert run._jvm_gone(ConnectionRefusedError(111, "refused"), "1g") is None  # not the JVM's
+    assert "(it stopped answering)" in str(
+        run._jvm_gone(Py4JNetworkError("Answer from Java side is empty"), "1g")
+    )
+    monkeypatch.setattr(run, "_jvm_exit_code", lambda: 52)
+    assert "(it exited with code 52)" in str(run._jvm_gone(Py4JError("x"), "512m"))
+    assert "(it exited with code 52)" in str(run._jvm_gone(ConnectionRefusedError(111, "refused"), "1g"))
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "4040")  # spark-submit started the JVM
+    assert "e.g. spark-submit --driver-memory 4g" in str(run._jvm_gone(oom, "1g"))
+    assert (
+        run._bigger_heap("3g") == "6g" and run._bigger_heap("1536m") == "4g" and run._bigger_heap("x") == "4g"
+    )
+
+
 @pytest.mark.e2e
 def test_run_once_round_trip_through_the_cli(tmp_path):
     events = tmp_path / "events.jsonl"
