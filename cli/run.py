@@ -16,6 +16,7 @@ from pidquota.cli.common import add_config_flags, add_input_flags
 from pidquota.cli.signals import Signals, wait
 from pidquota.conf.durations import EXAMPLES, parse_duration_ms
 from pidquota.conf.errors import PidquotaError
+from pidquota.conf.settings import memory_kib
 from pidquota.quota import QuotaSettings
 from pidquota.store.kafka import KafkaUrl
 from pidquota.streaming.columns import NOT_A_REQUEST
@@ -237,8 +238,7 @@ def _jvm_exit_code(wait_s: float = 2.0) -> int | None:
 
 def _bigger_heap(heap: str) -> str:
     """Twice ``heap`` (a size as Spark writes it), and at least 4g."""
-    m = re.fullmatch(r"([0-9]+)([kmgt])", heap.strip().lower())
-    kib = int(m.group(1)) * {"k": 1, "m": 1024, "g": 1024**2, "t": 1024**3}[m.group(2)] if m else 0
+    kib = memory_kib(heap) or 0
     return f"{max(4, -(-2 * kib // 1024**2))}g"
 
 

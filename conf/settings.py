@@ -62,16 +62,22 @@ def _zone_problem(name: str) -> str | None:
 _UNITS = {"k": 1, "m": 1024, "g": 1024**2, "t": 1024**3}  # in KiB
 
 
-def _memory_problem(size: str) -> str | None:
-    """A JVM heap size as Spark writes it (``512m``, ``4g``), at least Spark's minimum; or empty."""
+def memory_kib(size: str) -> int | None:
+    """A JVM heap size as Spark writes it (``512m``, ``4g``) in KiB, or None if it is not one."""
     import re
 
+    m = re.fullmatch(r"([1-9][0-9]*)([kmgt])", size.strip().lower())
+    return int(m.group(1)) * _UNITS[m.group(2)] if m else None
+
+
+def _memory_problem(size: str) -> str | None:
+    """A JVM heap size as Spark writes it, at least Spark's minimum; or empty."""
     if size == "":
         return None
-    m = re.fullmatch(r"([1-9][0-9]*)([kmgt])", size.strip().lower())
-    if m is None:
+    kib = memory_kib(size)
+    if kib is None:
         return "is not a memory size; write it as Spark does, e.g. 4g or 512m (empty: Spark's default, 1g)"
-    if int(m.group(1)) * _UNITS[m.group(2)] < 512 * 1024:
+    if kib < 512 * 1024:
         return "is too small: Spark refuses a driver heap under about 450 MiB; give at least 512m"
     return None
 
@@ -460,8 +466,8 @@ SETTINGS: tuple[Setting, ...] = (
         "before they are written, and in local mode the executors share its heap: a first "
         "batch of 3M events from 1M principals died with 2g and ran with 4g.",
         "The driver JVM's heap (spark.driver.memory, e.g. 4g) when pidquota starts Spark "
-        "itself; spark-submit's --driver-memory, PYSPARK_SUBMIT_ARGS or spark-defaults.conf "
-        "win. In local mode the executors run in the same JVM.",
+        "itself; spark-submit's --driver-memory, PYSPARK_SUBMIT_ARGS, spark-defaults.conf or "
+        "SPARK_DRIVER_MEMORY win. In local mode the executors run in the same JVM.",
         check=_memory_problem,
     ),
     Setting(
