@@ -236,9 +236,12 @@ def check_reading(checkpoint: str, input_format: str, follow: bool) -> None:
     )
 
 
-def check_state_layout(checkpoint: str, buckets: int, store: str, store_given: bool) -> str:
-    """Refuse a checkpoint whose state was grouped otherwise (``pidquota.state.buckets``): its
-    principals' state would be looked for in the wrong groups, or not be pidquota's layout.
+def check_state_layout(
+    checkpoint: str, buckets: int, store: str, store_given: bool, layout: str = "groups"
+) -> str:
+    """Refuse a checkpoint whose state was grouped (``pidquota.state.buckets``) or laid out
+    (``pidquota.state.layout``) otherwise: its principals' state would be looked for in the
+    wrong groups, or not be pidquota's layout.
 
     Returns the state store to run with (``pidquota.state.store``). A checkpoint keeps its
     store: Spark would go on with it and silently ignore the setting. So the checkpoint's
@@ -251,8 +254,9 @@ def check_state_layout(checkpoint: str, buckets: int, store: str, store_given: b
         marker = json.loads((ckpt / MARKER).read_text(encoding="utf-8"))
         recorded = marker.get("state_buckets")
         recorded_store = marker.get("state_store", "hdfs")  # before the setting: Spark's default
+        recorded_layout = marker.get("state_layout", "groups")  # before the setting: groups
     except (OSError, ValueError, AttributeError):
-        recorded, recorded_store = None, store
+        recorded, recorded_store, recorded_layout = None, store, layout
     if recorded is None:
         raise ConfigError(
             f"the checkpoint {checkpoint} holds state from an older pidquota (one state row per principal, "
@@ -263,6 +267,12 @@ def check_state_layout(checkpoint: str, buckets: int, store: str, store_given: b
         raise ConfigError(
             f"the checkpoint {checkpoint} keeps its state in pidquota.state.buckets={recorded} groups, not "
             f"{buckets}; set pidquota.state.buckets={recorded} again, or start with a new checkpoint (--fresh)"
+        )
+    if recorded_layout != layout:
+        raise ConfigError(
+            f"the checkpoint {checkpoint} keeps its state in pidquota.state.layout={recorded_layout}, not "
+            f"{layout}; set pidquota.state.layout={recorded_layout} again, or start with a new checkpoint "
+            "(--fresh)"
         )
     if recorded_store != store and store_given:
         raise ConfigError(
@@ -279,6 +289,7 @@ def write_marker(
     store: str | None = None,
     replay_until: int | None = None,
     reading: tuple[str, bool] | None = None,
+    layout: str | None = None,
 ) -> None:
     """Record the source, the state's grouping, its store, the replay time and how the input
     is read (``reading``: its format, and whether files are followed) in
@@ -295,6 +306,8 @@ def write_marker(
             marker_json["state_buckets"] = buckets
         if store is not None:
             marker_json["state_store"] = store
+        if layout is not None:
+            marker_json["state_layout"] = layout
         if replay_until is not None:
             marker_json["replay_until_ms"] = replay_until
         if reading is not None:

@@ -156,7 +156,8 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
     # once Java is there: a failed start leaves no trace
     buckets, store = config["pidquota.state.buckets"], config["pidquota.state.store"]
     reading = run_plan.reading(config, plan.reads)
-    checkpoints.write_marker(checkpoint, plan.reads, buckets, store, plan.replay_ms, reading)
+    layout = config["pidquota.state.layout"]
+    checkpoints.write_marker(checkpoint, plan.reads, buckets, store, plan.replay_ms, reading, layout)
     lines = _lines(spark, args, config, plan.kafka_input, checkpoint, speed, str(signals.flag))
     print(run_plan.banner(args, config, checkpoint, speed, plan.replay_ms))
     table = _table(args, config)

@@ -142,11 +142,19 @@ def _start_up_checks(
 
 def _checkpoint_state_store(config, checkpoint: str):
     """The config with the checkpoint's state store, if it has one and the setting was left
-    at its default (one line says so); a store given otherwise is refused."""
+    at its default (one line says so); a store given otherwise is refused, and so is a state
+    layout other than the checkpoint's, or one the store cannot keep."""
     key = "pidquota.state.store"
+    layout = config["pidquota.state.layout"]
     store = checkpoints.check_state_layout(
-        checkpoint, config["pidquota.state.buckets"], config[key], config.given(key)
+        checkpoint, config["pidquota.state.buckets"], config[key], config.given(key), layout
     )
+    if layout == "principals" and store != "rocksdb":
+        raise ConfigError(
+            f"pidquota.state.layout=principals keeps each principal as its own state entry with Spark's "
+            f"transformWithStateInPandas, which needs {key}=rocksdb, not {store}; set {key}=rocksdb, "
+            "or keep pidquota.state.layout=groups"
+        )
     if store == config[key]:
         return config
     print(f"pidquota: the checkpoint keeps its state in {key}={store}; using it", file=sys.stderr)

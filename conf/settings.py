@@ -511,6 +511,22 @@ SETTINGS: tuple[Setting, ...] = (
         max=100000,
     ),
     Setting(
+        "pidquota.state.layout",
+        str,
+        "groups",
+        "groups is the faster layout while the state is small: a touched group is rewritten whole, "
+        "but without a round trip to the JVM per principal. A batch touching 1% of 1M principals "
+        "rewrites all 428 MiB of it; principals writes what it touched "
+        "(benchmarks/state_scale.py, docs/cluster.md#state-at-scale). Checkpoints from before the "
+        "setting are groups.",
+        "How the per-principal state is kept: groups (applyInPandasWithState, each group of "
+        "pidquota.state.buckets principals one state row, rewritten whole when touched) or principals "
+        "(transformWithStateInPandas, each principal its own entry, so a batch writes only the "
+        "principals it touched; needs pidquota.state.store=rocksdb). Decisions are the same; the "
+        "checkpoint records it, so changing it later needs a new checkpoint.",
+        choices=("groups", "principals"),
+    ),
+    Setting(
         "pidquota.output.roll.ms",
         int,
         3_600_000,

@@ -213,15 +213,19 @@ def enforcer(
         "event_time", f"{delay} milliseconds"
     )
     guard = F.lit(None).cast("timestamp").alias("late_guard", metadata={"spark.watermarkDelayMs": delay})
-    judge = make_state_function(quotas, QuotaSettings.from_config(config), replay_until)
+    settings = QuotaSettings.from_config(config)
     group = state_group(config["pidquota.state.buckets"]).alias("group")
-    judged = (
-        folded.select(group, *COMPACT_COLUMNS, guard)
-        .groupBy("group")
-        .applyInPandasWithState(
+    grouped = folded.select(group, *COMPACT_COLUMNS, guard).groupBy("group")
+    if config["pidquota.state.layout"] == "principals":  # one state entry per principal
+        from pidquota.streaming.principals import PrincipalProcessor
+
+        processor = PrincipalProcessor(quotas, settings, replay_until)
+        judged = grouped.transformWithStateInPandas(processor, OPERATOR_SCHEMA, "Append", "EventTime")
+    else:
+        judge = make_state_function(quotas, settings, replay_until)
+        judged = grouped.applyInPandasWithState(
             judge, OPERATOR_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
         )
-    )
     return decision_rows(judged)
 
 

@@ -164,6 +164,9 @@ def _gateway(driver_memory: str = ""):
 # What the JVM itself prints on stderr at every start, before any logging: Spark's
 # launcher adds the incubating vector module, and Java says so.
 _JVM_NOISE = (b"WARNING: Using incubator modules",)
+# What PySpark's transformWithStateInPandas worker prints at every query start
+# (pidquota.state.layout=principals), each line followed by a blank one.
+_TWS_WORKER = b"Streaming TransformWithStateInPandas Python worker"
 
 
 def _launch(conf):
@@ -182,9 +185,13 @@ def _launch(conf):
 
 def _relay(pipe) -> None:
     """Copy the JVM's stderr to file descriptor 2, as if it were inherited, line by line."""
+    noise = False
     for line in iter(pipe.readline, b""):
-        if not line.startswith(_JVM_NOISE):
-            os.write(2, line)
+        if line.startswith(_JVM_NOISE) or _TWS_WORKER in line[:80] or (noise and not line.strip()):
+            noise = True
+            continue
+        noise = False
+        os.write(2, line)
 
 
 def _own_logging(jvm) -> None:

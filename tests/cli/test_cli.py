@@ -312,6 +312,19 @@ def test_a_checkpoint_s_state_store_is_kept_unless_another_is_given(tmp_path, ca
     assert "pidquota.state.store=hdfs, not rocksdb" in one_error_line(capsys)
 
 
+def test_the_principals_layout_needs_rocksdb_and_says_so_before_spark_starts(tmp_path, capsys, no_spark):
+    (tmp_path / "e.jsonl").write_text("{}\n")
+    run = ["run", "--input", str(tmp_path / "e.jsonl"), "--output", str(tmp_path / "out"), "--once"]
+    hdfs = ["--set", "pidquota.state.layout=principals", "--set", "pidquota.state.store=hdfs"]
+    assert main([*run, *hdfs]) == 2
+    line = one_error_line(capsys)
+    assert (
+        "pidquota.state.layout=principals" in line and "needs pidquota.state.store=rocksdb, not hdfs" in line
+    )
+    assert main([*run, "--set", "pidquota.state.layout=principals"]) == 2  # rocksdb, the default: on to Spark
+    assert "Spark would start here" in one_error_line(capsys)
+
+
 def test_the_top_level_help_says_what_pidquota_is_and_how_to_start(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--help"])

@@ -384,6 +384,21 @@ def test_a_checkpoint_keeps_its_state_store(tmp_path):
     assert checkpoints.check_state_layout(str(tmp_path / "new"), 64, "rocksdb", False) == "rocksdb"
 
 
+def test_a_checkpoint_keeps_its_state_layout(tmp_path):
+    ckpt = tmp_path / "ck"
+    (ckpt / "state").mkdir(parents=True)
+    checkpoints.write_marker(str(ckpt), Source.of(None), 64, "rocksdb")  # before the setting: groups
+    checkpoints.check_state_layout(str(ckpt), 64, "rocksdb", False, "groups")
+    with pytest.raises(
+        ConfigError, match=r"pidquota.state.layout=groups, not principals; set pidquota.state.layout=groups"
+    ):
+        checkpoints.check_state_layout(str(ckpt), 64, "rocksdb", False, "principals")
+    checkpoints.write_marker(str(ckpt), Source.of(None), 64, "rocksdb", layout="principals")
+    checkpoints.check_state_layout(str(ckpt), 64, "rocksdb", False, "principals")
+    with pytest.raises(ConfigError, match=r"pidquota.state.layout=principals, not groups"):
+        checkpoints.check_state_layout(str(ckpt), 64, "rocksdb", False, "groups")
+
+
 # output files and the checkpoint they belong to --------------------------------------------------
 
 
