@@ -15,6 +15,7 @@ time for the transaction markers), side by side. Asserts nothing.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -103,6 +104,7 @@ def main() -> None:
             f"enforcer {rates['enforcer read_committed'] / rates['enforcer read_uncommitted']:.2f}"
         )
         print(f"  enforcer from Kafka: {e:,.0f} events/s (target 150,000 on 2 cores)")
+        print("ROW kafka " + json.dumps({"enforcer": e}))  # for benchmarks/streaming.py --all
         spark.stop()
     finally:
         broker.terminate()

@@ -19,6 +19,7 @@ Asserts nothing.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -154,6 +155,8 @@ def main() -> None:
             f"p99 {p99:,.0f} ms, max {lat.max():,.0f} ms (target p99 <= {trigger_ms + 1000:,} ms: "
             f"{'met' if p99 <= trigger_ms + 1000 else 'missed'})"
         )
+        row = {"rate": rate / 2, "p50_ms": p50, "p99_ms": p99, "trigger_ms": trigger_ms}
+        print("ROW latency " + json.dumps(row))  # for benchmarks/streaming.py --all
     finally:
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()

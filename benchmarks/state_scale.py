@@ -1,7 +1,8 @@
 """State at scale: Spark's two state stores with 10k and 100k active principals.
 
     python benchmarks/state_scale.py [--principals 10000 100000] [--batches 5] [--touch 1.0]
-    python benchmarks/state_scale.py --principals 1000000 --stores rocksdb --batches 4 --touch 0.01 --driver-memory 6g
+    python benchmarks/state_scale.py --principals 1000000 --stores rocksdb --batches 4 --touch 0.01 --driver-memory 4g \
+        --layouts groups principals
 
 For each state store (``pidquota.state.store``: ``hdfs``, Spark's default
 HDFS-backed store; ``rocksdb``, RocksDB with changelog checkpointing) and each
@@ -14,7 +15,9 @@ every principal sends in the first batch only, and a random fraction F of them
 (a different one each time) in each later batch: the 1M-principal case of
 issue 23 (its target: a batch touching 1% writes at most 5% of the state; with
 64 state groups, 1% of 100k principals touches every group, and a touched group
-is written whole).
+is written whole). ``--layouts groups principals`` runs each store with each state
+layout (``pidquota.state.layout``; ``principals`` needs ``rocksdb``, and writes only
+the principals a batch touched).
 Printed per run:
 
 - the median batch time (``triggerExecution``) after the first batch;
@@ -30,7 +33,7 @@ Printed per run:
 Then, without Spark, what one principal's state blob costs by quota: bytes
 when its filter is full, and the time to write and read it.
 
-Asserts nothing; decisions are compared between the two stores.
+Asserts nothing; decisions are compared between the stores and layouts.
 """
 
 from __future__ import annotations
@@ -123,7 +126,9 @@ def per_batch_files(state: Path) -> tuple[dict[int, int], int]:
     return by_version, other
 
 
-def one_run(store: str, principals: int, batches: int, touch: float = 1.0, heap: str = "") -> dict:
+def one_run(
+    store: str, principals: int, batches: int, touch: float = 1.0, heap: str = "", layout: str = "groups"
+) -> dict:
     """The enforcer on a fresh input, in this process: the numbers of one table row."""
     from pidquota.conf.loader import load
     from pidquota.quota import StaticQuotas
@@ -134,9 +139,8 @@ def one_run(store: str, principals: int, batches: int, touch: float = 1.0, heap:
     work = Path(tempfile.mkdtemp(prefix=f"pidquota-state-{store}-"))
     try:
         events = write_input(work / "in", principals, batches, touch)
-        config = load(
-            environ={}, overrides={"pidquota.state.store": store, "pidquota.spark.driver.memory": heap}
-        )
+        overrides = {"pidquota.state.store": store, "pidquota.spark.driver.memory": heap}
+        config = load(environ={}, overrides={**overrides, "pidquota.state.layout": layout})
         spark = spark_session(config)
         quotas = StaticQuotas.from_file(config.quotas_path())
         out, ck = work / "out", work / "out" / "_ck"
@@ -146,6 +150,7 @@ def one_run(store: str, principals: int, batches: int, touch: float = 1.0, heap:
         query.awaitTermination()
         row = {
             "store": store,
+            "layout": layout,
             "principals": principals,
             "events": events,
             "touch": touch,
@@ -173,6 +178,7 @@ def measure(spark, query, ck: Path, out: Path) -> dict:
     state_op = progress[-1]["stateOperators"][0]
     return {
         "batches": len(progress),
+        "first_ms": progress[0]["durationMs"]["triggerExecution"],
         "batch_ms": statistics.median(p["durationMs"]["triggerExecution"] for p in progress[1:]),
         "state_disk": folder_bytes(ck / "state"),
         "per_batch": statistics.median(v for k, v in by_version.items() if k > 1)
@@ -196,15 +202,16 @@ def mib(n) -> str:
 
 def print_table(rows: list[dict]) -> None:
     print(
-        "| store | principals | driver heap | touched per batch | batch time (median) | state on disk | checkpoint per batch "
+        "| store | layout | principals | driver heap | touched per batch | first batch | batch time (median) | state on disk | checkpoint per batch "
         "| of the first batch's | snapshots (SST) | JVM heap after GC | JVM RSS | Python workers (PSS) "
         "| Spark memoryUsedBytes |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        share = f"{r['per_batch'] / r['first_batch']:.0%}" if r.get("first_batch") else "-"
+        share = f"{r['per_batch'] / r['first_batch']:.1%}" if r.get("first_batch") else "-"
         print(
-            f"| {r['store']} | {r['principals']:,} | {r['driver']} | {r['touch']:.0%} | {r['batch_ms'] / 1000:.1f} s "
+            f"| {r['store']} | {r['layout']} | {r['principals']:,} | {r['driver']} | {r['touch']:.0%} | {r['first_ms'] / 1000:.1f} s "
+            f"| {r['batch_ms'] / 1000:.1f} s "
             f"| {mib(r['state_disk'])} | {mib(r['per_batch'])} | {share} | {mib(r['snapshots'])} | {mib(r['heap'])} "
             f"| {mib(r['jvm_rss'])} | {mib(r['python_rss'])} | {mib(r['state_memory'])} |"
         )
@@ -244,29 +251,40 @@ def main() -> None:
         default="",
         help="pidquota.spark.driver.memory (empty: Spark's 1g); 1M principals need more",
     )
-    ap.add_argument("--one", nargs=2, metavar=("STORE", "PRINCIPALS"), help=argparse.SUPPRESS)
+    ap.add_argument("--layouts", nargs="+", default=["groups"], choices=("groups", "principals"))
+    ap.add_argument("--one", nargs=3, metavar=("STORE", "PRINCIPALS", "LAYOUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        result = one_run(args.one[0], int(args.one[1]), args.batches, args.touch, args.driver_memory)
+        store, principals, layout = args.one
+        result = one_run(store, int(principals), args.batches, args.touch, args.driver_memory, layout)
         print("RESULT " + json.dumps(result), flush=True)
         return
     rows = []
+    runs = [(s, lay) for s in args.stores for lay in args.layouts if (s, lay) != ("hdfs", "principals")]
     for principals in args.principals:
-        for store in args.stores:
-            cmd = [sys.executable, __file__, "--one", store, str(principals), "--batches", str(args.batches)]
-            cmd += ["--touch", str(args.touch), "--driver-memory", args.driver_memory]
+        for store, layout in runs:
+            cmd = [sys.executable, __file__, "--one", store, str(principals), layout]
+            cmd += [
+                "--batches",
+                str(args.batches),
+                "--touch",
+                str(args.touch),
+                "--driver-memory",
+                args.driver_memory,
+            ]
             done = subprocess.run(cmd, capture_output=True, text=True)
             result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
             if not result:
-                print(f"{store} {principals}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
+                print(f"{store}/{layout} {principals}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
                 continue
             rows.append(json.loads(result[0].removeprefix("RESULT ")))
-            print(f"{store} {principals:,}: done", file=sys.stderr, flush=True)
+            print("ROW state " + json.dumps(rows[-1]), flush=True)  # for benchmarks/streaming.py --all
+            print(f"{store}/{layout} {principals:,}: done", file=sys.stderr, flush=True)
     print_table(rows)
     for principals in args.principals:
         same = {r["decisions_hash"] for r in rows if r["principals"] == principals}
         count = {r["decisions"] for r in rows if r["principals"] == principals}
-        print(f"{principals:,} principals: decisions identical across stores: {len(same) == 1} ({count})")
+        print(f"{principals:,} principals: decisions identical across runs: {len(same) == 1} ({count})")
     quota_costs()
 
 
