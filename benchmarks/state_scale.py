@@ -48,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 T0 = 1_767_225_600_000
@@ -108,6 +109,11 @@ def python_workers_kib() -> int:
 
 def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def written_since(folder: Path, when: float) -> int:
+    """Bytes of the files in ``folder`` last written after ``when`` (epoch seconds)."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and f.stat().st_mtime > when)
 
 
 def per_batch_files(state: Path) -> tuple[dict[int, int], int]:
@@ -176,14 +182,19 @@ def measure(spark, query, ck: Path, out: Path) -> dict:
         for line in f.read_text().splitlines()
     )
     state_op = progress[-1]["stateOperators"][0]
+    data_versions = [
+        p["batchId"] + 1 for p in progress[1:]
+    ]  # a batch's state version; no-data batches left out
+    first_end = datetime.fromisoformat(progress[0]["timestamp"]).timestamp()
+    first_end += progress[0]["durationMs"]["triggerExecution"] / 1000
     return {
         "batches": len(progress),
         "first_ms": progress[0]["durationMs"]["triggerExecution"],
         "batch_ms": statistics.median(p["durationMs"]["triggerExecution"] for p in progress[1:]),
         "state_disk": folder_bytes(ck / "state"),
-        "per_batch": statistics.median(v for k, v in by_version.items() if k > 1)
-        if len(by_version) > 1
-        else 0,
+        "per_batch": statistics.median(by_version.get(v, 0) for v in data_versions) if data_versions else 0,
+        # everything written to the state folder after the first batch, snapshots (SST uploads) too
+        "after_first": written_since(ck / "state", first_end) / max(1, len(progress) - 1),
         "first_batch": by_version.get(1, 0),
         "snapshots": other,
         "heap": heap,
@@ -203,16 +214,16 @@ def mib(n) -> str:
 def print_table(rows: list[dict]) -> None:
     print(
         "| store | layout | principals | driver heap | touched per batch | first batch | batch time (median) | state on disk | checkpoint per batch "
-        "| of the first batch's | snapshots (SST) | JVM heap after GC | JVM RSS | Python workers (PSS) "
+        "| of the first batch's | all state files per batch after the first (snapshots too) | snapshots (SST) | JVM heap after GC | JVM RSS | Python workers (PSS) "
         "| Spark memoryUsedBytes |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         share = f"{r['per_batch'] / r['first_batch']:.1%}" if r.get("first_batch") else "-"
         print(
             f"| {r['store']} | {r['layout']} | {r['principals']:,} | {r['driver']} | {r['touch']:.0%} | {r['first_ms'] / 1000:.1f} s "
             f"| {r['batch_ms'] / 1000:.1f} s "
-            f"| {mib(r['state_disk'])} | {mib(r['per_batch'])} | {share} | {mib(r['snapshots'])} | {mib(r['heap'])} "
+            f"| {mib(r['state_disk'])} | {mib(r['per_batch'])} | {share} | {mib(r['after_first'])} | {mib(r['snapshots'])} | {mib(r['heap'])} "
             f"| {mib(r['jvm_rss'])} | {mib(r['python_rss'])} | {mib(r['state_memory'])} |"
         )
 

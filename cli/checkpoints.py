@@ -3,8 +3,8 @@
 * :func:`check_checkpoint`: a checkpoint written by another source (the demo's
   checkpoint read with a file input...) is refused with the fix, instead of
   failing inside Spark with 70 lines of ``No usable value for logOffset``.
-* :func:`check_state_layout`: the grouping and the state store the checkpoint
-  was written with.
+* :func:`check_state_layout`: the grouping, the state layout and the state store
+  the checkpoint was written with.
 * :func:`check_output_batches`: an output folder holding another checkpoint's batches.
 * :func:`write_marker`: records the source in ``CHECKPOINT/pidquota-source.json``
   as ``{"kind": "demo"|"file"|"kafka", "input": ...}`` (``input``: ``"demo"``,

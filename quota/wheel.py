@@ -4,26 +4,24 @@ With one state entry per principal (``pidquota.state.layout=principals``,
 ``streaming/principals.py``) a batch writes only the principals it touched. Their
 eviction timers then need an index that a batch can also update in proportion to
 what it touched. The wheel is that index: event time is cut into slots of
-``width`` ms, and slot ``s = timer // width`` lists the principals whose timer fell
-in it, as ``name -> timer``. Each slot is one state entry, so a batch rewrites only
-the slots its new timers fall in: with a slot of W/256 and a batch covering a few
-seconds of event time, one or two slots per group.
+``SLOT_MS`` (16,384 ms, whatever the window, so a restart with another window finds
+its slots), and slot ``s = timer // SLOT_MS`` lists the principals *filed* in it,
+as ``name -> filed timer``. Each slot is one state entry, read and written whole.
 
-Entries are never moved out of a slot. A principal touched again gets a new
-entry in its new timer's slot, and its old entry goes *stale*: when the old slot
-comes due, the entry's timer no longer matches the principal's own, and the entry
-is dropped unread. So touching a principal costs one slot write, not two, and a
-slot is read only when its earliest timer passes the watermark.
-
-Exactly Spark's rule for a group's timeout: a principal is looked at in the first
-batch whose watermark is past its timer (``timer < watermark``), unless that batch
+A principal is filed under a timer no later than its own, and stays there while
+its timer moves later, as it does each time the principal sends. So a batch of
+known principals writes no slot at all. When a slot's earliest entry passes the
+watermark, its due entries are taken: a principal whose own timer passed too is
+looked at (evicted, or re-armed), the others are filed again under their own timer.
+So a principal sending all the time is filed again about once a window, and each
+principal is looked at in the first batch whose watermark is past its own timer
+(``timer < watermark``, Spark's rule for a group's timeout), unless that batch
 brought it events.
 
-Worked example, width 100: a (timer 120) and b (timer 180) share slot 1,
-c (timer 250) is in slot 2. A batch with the watermark at 150 finds slot 1 due:
-a is looked at (evicted, or re-armed into the slot of its new timer), b stays,
-and slot 1's next look is at 180. Had a had events in the meantime, its timer
-would be, say, 400 (slot 4), and the entry ``a -> 120`` in slot 1 would be stale.
+Worked example: a (filed 20,000) and b (filed 30,000) share slot 1, c (filed
+40,000) is in slot 2. a sent since, and its own timer is 90,000; b's is 30,000.
+A batch with the watermark at 35,000 finds slot 1 due: a is filed again under
+90,000 (slot 5), b is looked at and evicted, and slot 1 is dropped, empty.
 
 Layout of a slot: ``b"PQW" + version (1 byte) + count (uint32)``, then per
 principal ``name length (uint32), name (UTF-8), timer (int64)``.
@@ -36,19 +34,14 @@ import struct
 from pidquota.conf.errors import CorruptStateError
 
 MAGIC, VERSION = b"PQW", 1
-SLOTS_PER_WINDOW = 256
+SLOT_MS = 16_384  # about 220 slots in the default hour; a few for a window of a minute
 _HEAD = struct.Struct("<3sBI")
 _NAME = struct.Struct("<I")
 _TIMER = struct.Struct("<q")
 
 
-def slot_width(window_ms: int) -> int:
-    """The wheel's slot width for the quota window W: W/256 (at least 1 ms)."""
-    return max(1, window_ms // SLOTS_PER_WINDOW)
-
-
 class Slot:
-    """The principals whose eviction timer fell in one slot: name -> timer (event-time ms)."""
+    """The principals filed in one slot: name -> the timer (event-time ms) they were filed under."""
 
     __slots__ = ("entries",)
 

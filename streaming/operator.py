@@ -4,7 +4,10 @@ Each group is the events of this micro-batch of a fixed group of
 principals (``pidquota.state.buckets``; ``quota/states.py`` holds their
 states in one row), or the dead letters, passed straight through. All quota
 logic lives in :class:`pidquota.quota.PrincipalQuota`; this module only moves
-columns and state.
+columns and state. Its per-principal steps (:func:`judge_principal`,
+:func:`on_timeout`, :func:`unfold`, :func:`dead_letters`) also serve the layout with
+one state entry per principal (``streaming/principals.py``), through the same
+interface as :class:`~pidquota.quota.states.PrincipalStates`.
 """
 
 from __future__ import annotations

@@ -219,6 +219,7 @@ def enforcer(
     if config["pidquota.state.layout"] == "principals":  # one state entry per principal
         from pidquota.streaming.principals import PrincipalProcessor
 
+        principals_layout_needs(lines.sparkSession)
         processor = PrincipalProcessor(quotas, settings, replay_until)
         judged = grouped.transformWithStateInPandas(processor, OPERATOR_SCHEMA, "Append", "EventTime")
     else:
@@ -227,6 +228,26 @@ def enforcer(
             judge, OPERATOR_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
         )
     return decision_rows(judged)
+
+
+def principals_layout_needs(spark) -> None:
+    """Refuse ``pidquota.state.layout=principals`` where it cannot run, before the query
+    starts (``pidquota run`` checks the store before Spark starts; this covers every caller)."""
+    import importlib.util
+
+    provider = spark.conf.get("spark.sql.streaming.stateStore.providerClass", "")
+    if not provider.endswith("RocksDBStateStoreProvider"):
+        raise ConfigError(
+            f"pidquota.state.layout=principals needs Spark's RocksDB state store (pidquota.state.store=rocksdb); "
+            f"this session's is {provider.rpartition('.')[2] or 'not set'}. Set pidquota.state.store=rocksdb, or "
+            "keep pidquota.state.layout=groups"
+        )
+    if importlib.util.find_spec("google.protobuf") is None:
+        raise ConfigError(
+            "pidquota.state.layout=principals needs the protobuf package, which PySpark's state API uses: "
+            "pip install 'protobuf>=6.33.5,<7' (pidquota's own install brings it), or keep "
+            "pidquota.state.layout=groups"
+        )
 
 
 def decision_rows(judged: DataFrame) -> DataFrame:

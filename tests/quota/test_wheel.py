@@ -3,12 +3,7 @@
 import pytest
 
 from pidquota.conf.errors import CorruptStateError
-from pidquota.quota.wheel import Slot, slot_width
-
-
-def test_a_slot_is_a_256th_of_the_window_at_least_a_millisecond():
-    assert slot_width(3_600_000) == 14_062
-    assert slot_width(100) == 1
+from pidquota.quota.wheel import Slot
 
 
 def test_due_entries_are_those_past_the_watermark_and_leave_the_slot():

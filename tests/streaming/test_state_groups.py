@@ -48,7 +48,7 @@ def assert_alike(out, alone, what):
         assert frame(out, kind, key).equals(frame(alone, kind, key)), (what, kind)
 
 
-def test_every_grouping_decides_and_evicts_alike(make_enforcer, tmp_path):
+def test_every_grouping_decides_and_evicts_alike(spark, make_enforcer, tmp_path):
     alone, rows_alone = run(make_enforcer, tmp_path / "0", 0)
     assert (alone["decisions"].verdict == "THROTTLE").any()
     assert rows_alone[-1] == 6  # those of the last two batches; the six idle since 11 min were evicted
@@ -57,3 +57,24 @@ def test_every_grouping_decides_and_evicts_alike(make_enforcer, tmp_path):
     assert rows[-1] <= 5
     own, _ = run(make_enforcer, tmp_path / "own", 5, "principals")  # an entry per principal
     assert_alike(own, alone, "principals")
+    reader = spark.read.format("statestore").option("stateVarName", "quota")
+    live = reader.load(str(tmp_path / "own" / "out" / "_ck")).count()  # one row per principal's entry
+    assert live == 6  # as above: those idle since 11 min were evicted, on the data path too
+
+
+def test_the_principals_layout_refuses_a_session_without_rocksdb(spark, make_enforcer, tmp_path):
+    import pytest
+
+    from pidquota.conf.errors import ConfigError
+    from pidquota.streaming.session import STATE_STORES
+
+    key = "spark.sql.streaming.stateStore.providerClass"
+    runner = make_enforcer(tmp_path, QUOTAS, **{"pidquota.state.layout": "principals"})
+    spark.conf.set(key, STATE_STORES["hdfs"][key])
+    try:
+        with pytest.raises(
+            ConfigError, match="needs Spark's RocksDB state store .* this session's is HDFSBacked"
+        ):
+            runner.run([], "none")
+    finally:
+        spark.conf.set(key, STATE_STORES["rocksdb"][key])
