@@ -16,6 +16,8 @@ prints events/s of:
 - **native**: what a Spark user would write instead: typed ``from_json``, a
   watermark, ``approx_count_distinct(producer_id)`` per principal over
   60-minute windows sliding by 15 minutes, update mode, noop sink (the anchor);
+- **enforcer, noop sink**: the enforcer's query into a noop sink (the difference to the
+  next row is what the driver's sink costs: the collect and the JSON-lines files);
 - **enforcer**: the whole enforcer with its real JSON-lines sink;
 - **enforcer, before**: the enforcer as it was before the speed-ups: every
   line through the strict parse, one operator group per principal
@@ -116,6 +118,7 @@ def stages(config, quotas):
         "parse, strict": (lambda lines: q.strict(lines, max_principal), False, False),
         "parse": (lambda lines: q.screened(lines, max_principal), False, True),
         "native": (lambda lines: native(lines, config), False, False),
+        "enforcer, noop sink": (lambda lines: q.enforcer(lines, config, quotas), False, True),
         "enforcer": (lambda lines: q.enforcer(lines, config, quotas), True, True),
         "enforcer, before": (lambda lines: q.enforcer(lines, before, quotas, screen=False), True, False),
     }
@@ -168,11 +171,13 @@ def report(name: str, n: int, res: dict) -> dict[str, float]:
             f"; state {r['state_rows']:,} rows, {r['state_bytes'] / 2**20:.1f} MiB" if r["state_rows"] else ""
         )
         print(
-            f"  {stage:<17} {n / r['secs']:>10,.0f} events/s  ({r['secs']:6.1f} s; "
+            f"  {stage:<20} {n / r['secs']:>10,.0f} events/s  ({r['secs']:6.1f} s; "
             f"batch p50 {p50 / 1000:.2f} s, p99 {p99 / 1000:.2f} s{state})"
         )
     rate = {k: n / r["secs"] for k, r in res.items()}
     print(f"  enforcer / native: {rate['enforcer'] / rate['native']:.2f}")
+    sink = res["enforcer"]["secs"] - res["enforcer, noop sink"]["secs"]
+    print(f"  the sink's share of the enforcer's time: {sink / res['enforcer']['secs']:.0%}")
     print(f"  parse / parse, strict: {rate['parse'] / rate['parse, strict']:.2f}")
     same = res["enforcer"]["decisions"] == res["enforcer, before"]["decisions"]
     print(f"  enforcer / enforcer before: {rate['enforcer'] / rate['enforcer, before']:.2f}")
