@@ -24,7 +24,8 @@ Printed per run:
 - the state on disk at the end (``CHECKPOINT/state``) and what each batch adds
   to the checkpoint (its delta or changelog files; RocksDB's snapshots
   separately, as the maintenance thread uploads them), also as a share of the
-  first batch's (which writes every principal's state);
+  first batch's (which writes every principal's state), over the batches with data;
+- every state file written after the first batch, snapshots too, per batch;
 - the JVM's heap in use after a GC, and its resident size (in local mode the
   driver and the executor are this one JVM), and the Python workers' memory
   (proportional set size: the pages forked workers share are counted once);

@@ -21,7 +21,7 @@ whose timer is 100. A batch brings events of b only, with the watermark at
 120: b is judged and gets timer 400; a's timer passed, so a is looked at
 and evicted (or re-armed). The group's timer becomes 400, or a's new one.
 
-Layout: ``b"PQS" + version (1 byte) + count (uint32)``, then per principal
+Layout (``quota/named.py``): ``b"PQS" + version (1 byte) + count (uint32)``, then per principal
 ``name length (uint32), name (UTF-8), timer (int64), blob length (uint32),
 blob``.
 """
@@ -30,11 +30,9 @@ from __future__ import annotations
 
 import struct
 
-from pidquota.conf.errors import CorruptStateError
+from pidquota.quota.named import pack_named, unpack_named
 
 MAGIC, VERSION = b"PQS", 1
-_HEAD = struct.Struct("<3sBI")
-_NAME = struct.Struct("<I")
 _ENTRY = struct.Struct("<qI")
 
 
@@ -70,32 +68,14 @@ class PrincipalStates:
         return min(t for t, _ in self.entries.values())
 
     def to_bytes(self) -> bytes:
-        parts = [_HEAD.pack(MAGIC, VERSION, len(self.entries))]
-        for principal, (timer, blob) in self.entries.items():
-            name = principal.encode("utf-8")
-            parts += [_NAME.pack(len(name)), name, _ENTRY.pack(timer, len(blob)), blob]
-        return b"".join(parts)
+        return pack_named(MAGIC, VERSION, self.entries, lambda e: [_ENTRY.pack(e[0], len(e[1])), e[1]])
 
     @classmethod
     def from_bytes(cls, buf: bytes) -> PrincipalStates:
-        try:
-            magic, version, count = _HEAD.unpack_from(buf, 0)
-            if magic != MAGIC or version != VERSION:
-                raise ValueError(f"header {bytes(buf[:4])!r}")
-            entries, at = {}, _HEAD.size
-            for _ in range(count):
-                (n,) = _NAME.unpack_from(buf, at)
-                name = bytes(buf[at + _NAME.size : at + _NAME.size + n]).decode("utf-8")
-                at += _NAME.size + n
-                timer, size = _ENTRY.unpack_from(buf, at)
-                at += _ENTRY.size
-                entries[name] = (timer, bytes(buf[at : at + size]))
-                at += size
-            if at != len(buf):
-                raise ValueError(f"{len(buf) - at} bytes left over")
-        except (ValueError, struct.error, UnicodeDecodeError) as exc:
-            raise CorruptStateError(
-                f"a group's state in the checkpoint is not pidquota's ({exc}); it was written by another "
-                "program or version. Start with a new checkpoint (--fresh)"
-            ) from None
-        return cls(entries)
+        return cls(unpack_named(buf, MAGIC, VERSION, _read_entry, "a group's state"))
+
+
+def _read_entry(buf: bytes, at: int) -> tuple[tuple[int, bytes], int]:
+    timer, size = _ENTRY.unpack_from(buf, at)
+    at += _ENTRY.size
+    return (timer, bytes(buf[at : at + size])), at + size

@@ -23,7 +23,7 @@ Worked example: a (filed 20,000) and b (filed 30,000) share slot 1, c (filed
 A batch with the watermark at 35,000 finds slot 1 due: a is filed again under
 90,000 (slot 5), b is looked at and evicted, and slot 1 is dropped, empty.
 
-Layout of a slot: ``b"PQW" + version (1 byte) + count (uint32)``, then per
+Layout of a slot (``quota/named.py``): ``b"PQW" + version (1 byte) + count (uint32)``, then per
 principal ``name length (uint32), name (UTF-8), timer (int64)``.
 """
 
@@ -31,12 +31,10 @@ from __future__ import annotations
 
 import struct
 
-from pidquota.conf.errors import CorruptStateError
+from pidquota.quota.named import pack_named, unpack_named
 
 MAGIC, VERSION = b"PQW", 1
 SLOT_MS = 16_384  # about 220 slots in the default hour; a few for a window of a minute
-_HEAD = struct.Struct("<3sBI")
-_NAME = struct.Struct("<I")
 _TIMER = struct.Struct("<q")
 
 
@@ -65,30 +63,12 @@ class Slot:
         return min(self.entries.values())
 
     def to_bytes(self) -> bytes:
-        parts = [_HEAD.pack(MAGIC, VERSION, len(self.entries))]
-        for principal, timer in self.entries.items():
-            name = principal.encode("utf-8")
-            parts += [_NAME.pack(len(name)), name, _TIMER.pack(timer)]
-        return b"".join(parts)
+        return pack_named(MAGIC, VERSION, self.entries, lambda timer: [_TIMER.pack(timer)])
 
     @classmethod
     def from_bytes(cls, buf: bytes) -> Slot:
-        try:
-            magic, version, count = _HEAD.unpack_from(buf, 0)
-            if magic != MAGIC or version != VERSION:
-                raise ValueError(f"header {bytes(buf[:4])!r}")
-            entries, at = {}, _HEAD.size
-            for _ in range(count):
-                (n,) = _NAME.unpack_from(buf, at)
-                name = bytes(buf[at + _NAME.size : at + _NAME.size + n]).decode("utf-8")
-                at += _NAME.size + n
-                (entries[name],) = _TIMER.unpack_from(buf, at)
-                at += _TIMER.size
-            if at != len(buf):
-                raise ValueError(f"{len(buf) - at} bytes left over")
-        except (ValueError, struct.error, UnicodeDecodeError) as exc:
-            raise CorruptStateError(
-                f"an eviction slot in the checkpoint is not pidquota's ({exc}); it was written by another "
-                "program or version. Start with a new checkpoint (--fresh)"
-            ) from None
-        return cls(entries)
+        return cls(unpack_named(buf, MAGIC, VERSION, _read_timer, "an eviction slot"))
+
+
+def _read_timer(buf: bytes, at: int) -> tuple[int, int]:
+    return _TIMER.unpack_from(buf, at)[0], at + _TIMER.size
