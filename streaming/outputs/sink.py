@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,11 +27,12 @@ from pidquota.conf.errors import PidquotaError
 from pidquota.store.sink import RedisPublisher
 from pidquota.streaming.columns import KIND_DEAD, KIND_METRIC, OUTPUTS
 from pidquota.streaming.outputs import retention
+from pidquota.streaming.outputs.jsonl import jsonl_bytes
 from pidquota.streaming.outputs.kafka import KafkaOutput
 
 log = logging.getLogger("pidquota.output")
 
-_NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype(), pa.string(): pd.StringDtype()}
+NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype(), pa.string(): pd.StringDtype()}
 
 
 @dataclass
@@ -43,17 +44,24 @@ class BatchTotals:
     rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTPUTS, 0))
     skipped: Counter = field(default_factory=Counter)  # input lines of no interest, per kind
 
-    def add_skipped(self, frame: pd.DataFrame) -> None:
-        for key, n in zip(frame["what"], frame["count"], strict=True):
+    def add_skipped(self, rows: pa.Table) -> None:
+        for key, n in zip(rows["what"].to_pylist(), rows["count"].to_pylist(), strict=True):
             self.skipped[str(key)] += int(n)
 
 
-def write_jsonl(frame: pd.DataFrame, path: Path) -> None:
-    """``frame`` as JSON lines at ``path``, under a temporary name renamed into place; a write
-    that fails (a full disk) leaves nothing behind, and raises :class:`DiskFull` if the disk is full."""
+def write_jsonl(rows: pa.Table | pd.DataFrame, path: Path) -> None:
+    """``rows`` as JSON lines at ``path``, under a temporary name renamed into place; a write
+    that fails (a full disk) leaves nothing behind, and raises :class:`DiskFull` if the disk is full.
+    An Arrow table is written by ``streaming/outputs/jsonl.py``, a pandas frame by pandas: the
+    same bytes for the same rows."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        frame.to_json(tmp, orient="records", lines=True, force_ascii=False)
+        if isinstance(rows, pd.DataFrame):
+            rows.to_json(tmp, orient="records", lines=True, force_ascii=False)
+        else:
+            with open(tmp, "wb") as f:
+                for chunk in jsonl_bytes(rows):
+                    f.write(chunk)
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
@@ -81,15 +89,33 @@ class DiskFull(PidquotaError, OSError):
         )
 
 
-def _frames(table: pa.Table, batch_id: int) -> dict[str, pd.DataFrame]:
+def _parts(table: pa.Table, batch_id: int) -> dict[str, pa.Table]:
     """The batch's rows per output, with their columns and the batch id."""
-    frames = {}
+    parts = {}
     for name, (kind, columns) in OUTPUTS.items():
         rows = table.filter(pc.equal(table["kind"], kind)).select(list(columns))
-        part = rows.to_pandas(types_mapper=_NULLABLE.get)
-        part.insert(len(columns), "batch_id", batch_id)
-        frames[name] = part
-    return frames
+        parts[name] = rows.append_column("batch_id", pa.array([batch_id] * rows.num_rows, pa.int64()))
+    return parts
+
+
+class BatchFrames(Mapping):
+    """A batch's rows per output name as pandas frames (what ``on_batch`` and the publisher
+    get), each made from its Arrow rows when first read: a run whose observers read only the
+    metrics does not pay for a million decision rows in pandas."""
+
+    def __init__(self, parts: dict[str, pa.Table]):
+        self._parts, self._frames = parts, {}
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        if name not in self._frames:
+            self._frames[name] = self._parts[name].to_pandas(types_mapper=NULLABLE.get)
+        return self._frames[name]
+
+    def __iter__(self):
+        return iter(self._parts)
+
+    def __len__(self) -> int:
+        return len(self._parts)
 
 
 def query_id_of(batch_df) -> str:
@@ -139,7 +165,8 @@ class JsonlSink:
 
     def __call__(self, batch_df, batch_id: int) -> None:
         table = self._marked(batch_df.toArrow())  # one collect; Arrow keeps int64 ints with nulls intact
-        frames = _frames(table, batch_id)
+        parts = _parts(table, batch_id)
+        frames = BatchFrames(parts)
         failed = 0
         if self.publish is not None:
             if not self.publish.bound:
@@ -148,16 +175,21 @@ class JsonlSink:
             # A replayed batch publishes again; the publisher's fencing makes that harmless.
             self.publish(batch_id, {**frames, "metrics": _enforced(frames["metrics"])})
             failed = self.publish.failed_publishes
-        frames["metrics"]["failed_publishes"] = failed
+            frames["metrics"]["failed_publishes"] = failed
+        metrics = parts["metrics"]
+        at = metrics.schema.get_field_index("failed_publishes")
+        parts["metrics"] = metrics.set_column(
+            at, "failed_publishes", pa.array([failed] * metrics.num_rows, pa.int64())
+        )
         table = _set(table, "failed_publishes", pc.equal(table["kind"], KIND_METRIC), pa.scalar(failed))
-        for name, part in frames.items():
+        for name, part in parts.items():
             target = self.out_dir / name / retention.part_name(batch_id)
-            if len(part):
+            if part.num_rows:
                 write_jsonl(part, target)
             elif target.exists():  # a replay that now writes nothing
                 target.unlink()
-            self.totals.rows[name] += len(part)
-        self.totals.add_skipped(frames["skipped"])
+            self.totals.rows[name] += part.num_rows
+        self.totals.add_skipped(parts["skipped"])
         self._keep(batch_id)
         if self.kafka is not None:
             self._send(batch_df, table.filter(pc.invert(pc.fill_null(table["replay"], False))), batch_id)

@@ -1,0 +1,120 @@
+"""JSON lines straight from an Arrow table, byte for byte what pandas writes.
+
+The sink used to turn each batch into a pandas frame and call
+``DataFrame.to_json(orient="records", lines=True, force_ascii=False)``. On a
+flood batch of a million decisions that took about 2.9 s, a fifth of the
+batch. :func:`jsonl_bytes` writes the same bytes from the Arrow table, column by
+column, in about a third of the time: every column becomes one Arrow string
+array of JSON values, and Arrow joins them row by row with the keys between.
+
+How each column type is written (the sink's output has no other types):
+
+- **integers**: decimal, Arrow's cast; a null is ``null`` (pandas' ``Int64``);
+- **booleans**: ``true``/``false``, a null is ``null``;
+- **strings**: each *distinct* value goes through pandas' own encoder once, so
+  escaping is pandas' (``"`` → ``\\"``, ``/`` → ``\\/``, control characters as
+  ``\\u00XX``, other characters as they are), then is taken per row;
+- **doubles**: pandas' ujson rule with ``double_precision=10``, in numpy. For
+  ``1e-15 <= |v| <= 1e16``: ``w = trunc(|v|)``, ``t = (|v| - w) * 1e10``,
+  ``f = trunc(t)``; ``f`` goes up by one when ``t - f > 0.5``, or when it is
+  exactly 0.5 and ``f`` is 0 or odd (ujson's rule); ``f = 1e10`` carries into
+  ``w``. The text is ``w.f`` with ``f`` as ten digits, trailing zeros dropped
+  (``w.0`` when ``f`` is 0), and ``-`` in front of a negative value. Worked
+  example: ``v = 2/3``: ``w = 0``, ``t = 6666666666.67``, ``f = 6666666666``,
+  ``t - f = 0.67 > 0.5`` so ``f = 6666666667``: ``0.6666666667``. Outside that
+  range (rare) it is C's ``%.10g`` (``1e+17``); NaN and ±inf are ``null``.
+
+``tests/streaming/outputs/test_jsonl.py`` checks the bytes against pandas on
+random tables with nulls, edge doubles and awkward strings.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_PLACES = 10**10  # pandas' to_json double_precision=10
+_FIXED_MAX = 1e16  # ujson's thres_max, (double)1e16 - 1
+_FIXED_MIN = 1e-15  # ujson's thres_min
+_CHUNK = 262_144  # rows per join: bounds the memory, and a chunk's text under 2 GiB
+
+
+def jsonl_bytes(table: pa.Table) -> list[memoryview]:
+    """``table`` as JSON lines, one buffer per chunk of rows; their concatenation is what
+    ``table.to_pandas(...).to_json(orient="records", lines=True, force_ascii=False)`` writes
+    (with ``Int64``/``Int32``/``string`` dtypes for the nullable columns)."""
+    out = []
+    for start in range(0, table.num_rows, _CHUNK):
+        out.append(_chunk(table.slice(start, _CHUNK)))
+    return out
+
+
+def _chunk(table: pa.Table) -> memoryview:
+    parts: list = []
+    for i, name in enumerate(table.column_names):
+        key = _encoded_strings([name])[0]
+        parts += [("{" if i == 0 else ",") + key + ":", _values(table[name].combine_chunks())]
+    parts.append("}\n")
+    lines = pc.binary_join_element_wise(*parts, "")
+    offsets = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset : lines.offset + len(lines) + 1]
+    return memoryview(lines.buffers()[2])[offsets[0] : offsets[-1]]
+
+
+def _values(column: pa.Array) -> pa.Array:
+    """One JSON value per row of ``column``, as a string array without nulls."""
+    kind = column.type
+    if pa.types.is_integer(kind):
+        text = pc.cast(column, pa.string())
+    elif pa.types.is_boolean(kind):
+        text = pc.if_else(column, "true", "false")
+    elif pa.types.is_floating(kind):
+        text = doubles(column)
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        distinct = pc.unique(column).drop_null()
+        encoded = pa.array(_encoded_strings(distinct.to_pylist()), pa.string())
+        text = pc.take(encoded, pc.index_in(column, distinct))
+    else:
+        raise TypeError(
+            f"no JSON writer for a column of type {kind}; only integers, doubles, booleans, strings"
+        )
+    return pc.fill_null(text, "null")
+
+
+def _encoded_strings(values: list[str]) -> list[str]:
+    """Each of ``values`` as pandas' encoder writes it, quotes included."""
+    if not values:
+        return []
+    text = pd.DataFrame({"v": pd.array(values, dtype="string")}).to_json(
+        orient="records", lines=True, force_ascii=False
+    )
+    return [line[5:-1] for line in text.split("\n")[: len(values)]]  # {"v":X} -> X
+
+
+def doubles(column: pa.Array) -> pa.Array:
+    """Each double as pandas' ``to_json`` writes it (``double_precision=10``); null where
+    the value is null, NaN or infinite. The rule is in the module docstring."""
+    v = column.to_numpy(zero_copy_only=False).astype(np.float64)
+    finite = np.isfinite(v)
+    a = np.where(finite, np.abs(v), 0.0)
+    outside = (a > _FIXED_MAX) | ((a != 0) & (a < _FIXED_MIN))
+    a[outside] = 0.0  # written by %.10g below; kept out of the uint64 casts
+    whole = a.astype(np.uint64)
+    scaled = (a - whole.astype(np.float64)) * _PLACES
+    frac = scaled.astype(np.uint64)
+    diff = scaled - frac.astype(np.float64)
+    frac += (diff > 0.5) | ((diff == 0.5) & ((frac == 0) | (frac % 2 == 1)))
+    carry = frac >= _PLACES
+    frac[carry] = 0
+    whole += carry
+    digits = pc.utf8_rtrim(pc.utf8_lpad(pc.cast(pa.array(frac), pa.string()), 10, "0"), "0")
+    digits = pc.if_else(pc.equal(digits, ""), "0", digits)
+    sign = pc.if_else(pa.array(v < 0), "-", "")
+    text = pc.binary_join_element_wise(sign, pc.cast(pa.array(whole), pa.string()), ".", digits, "")
+    if outside.any():  # C's %.10g, which Python's % formatting matches
+        rows = np.flatnonzero(outside)
+        text = pc.replace_with_mask(
+            text, pa.array(outside), pa.array([f"{x:.10g}" for x in v[rows]], pa.string())
+        )
+    return pc.if_else(pa.array(finite), text, pa.scalar(None, pa.string()))  # a null is NaN here

@@ -1,0 +1,97 @@
+"""JSON lines from Arrow (``streaming/outputs/jsonl.py``): the same bytes as pandas' ``to_json``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pidquota.streaming.outputs.jsonl import doubles, jsonl_bytes
+from pidquota.streaming.outputs.sink import NULLABLE
+
+pytestmark = pytest.mark.quick
+
+EDGE_DOUBLES = [
+    0.0, -0.0, 1.0, 0.1, 1 / 3, 2 / 3, -2.5, 0.99999999999, 0.999999999949, 5e-11, 1.5e-10, 2.5e-10,
+    0.00000000025, 123456.78901234567, 1e15 + 0.5, 9999999999999998.0, 1e16, 1e16 + 2, 1e17, -1e17,
+    1e-15, 1e-16, -1e-16, 1.23456789012345e-5, 1e300, 5e-324, np.nan, np.inf, -np.inf, 4.35, 0.5, 1.5,
+    2**53, 2**63 - 1.0, 99.99999999995, 0.00000000005,
+]  # fmt: skip
+AWKWARD_STRINGS = [
+    "User:alice", 'say "hi"', "back\\slash", "a/b", "line\nbreak", "tab\t", "\x00\x01\x1f\x7f",
+    "\b\f\r", "héllo ☃ 𝄞", "\u2028\u2029", "", "}\n{", "User:CN=app/x,O=Acme",
+]  # fmt: skip
+
+
+def pandas_text(table: pa.Table) -> str:
+    """What the sink wrote before: the table as pandas frame, then ``to_json``."""
+    return table.to_pandas(types_mapper=NULLABLE.get).to_json(orient="records", lines=True, force_ascii=False)
+
+
+def arrow_text(table: pa.Table) -> str:
+    return b"".join(bytes(b) for b in jsonl_bytes(table)).decode("utf-8")
+
+
+def random_table(rng: np.random.Generator, n: int) -> pa.Table:
+    def nulls(values, kind):
+        mask = rng.random(n) < 0.2
+        return pa.array(values, kind, mask=mask)
+
+    floats = np.concatenate(
+        [rng.random(n // 2) * 10.0 ** rng.integers(-17, 18, n // 2), rng.choice(EDGE_DOUBLES, n - n // 2)]
+    )
+    rng.shuffle(floats)
+    signs = np.where(rng.random(n) < 0.3, -1.0, 1.0)
+    return pa.table(
+        {
+            "principal": nulls(rng.choice(AWKWARD_STRINGS, n), pa.string()),
+            "producer_id": nulls(rng.integers(-(2**62), 2**62, n), pa.int64()),
+            "producer_epoch": nulls(rng.integers(-1, 32_767, n).astype(np.int32), pa.int32()),
+            "count": pa.array(rng.integers(0, 10**12, n), pa.int64()),
+            "tokens": nulls(floats * signs, pa.float64()),
+            "quota": pa.array(floats, pa.float64()),
+            "replay": nulls(rng.random(n) < 0.5, pa.bool_()),
+            "quota_stale": pa.array(rng.random(n) < 0.5, pa.bool_()),
+            "mode": pa.array(["enforce"] * n, pa.string()),
+        }
+    )
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_tables_give_the_bytes_pandas_gives(seed):
+    table = random_table(np.random.default_rng(seed), 2_000)
+    assert arrow_text(table) == pandas_text(table)
+
+
+def test_each_edge_double_is_written_as_pandas_writes_it():
+    column = pa.array(EDGE_DOUBLES + [-x for x in EDGE_DOUBLES], pa.float64())
+    ours = doubles(column).to_pylist()
+    theirs = pandas_text(pa.table({"x": column})).split("\n")[:-1]
+    assert [f'{{"x":{"null" if o is None else o}}}' for o in ours] == theirs
+    assert ours[EDGE_DOUBLES.index(2 / 3)] == "0.6666666667"  # the docstring's worked example
+
+
+def test_every_awkward_string_is_escaped_as_pandas_escapes_it():
+    table = pa.table({"raw": pa.array(AWKWARD_STRINGS + [None], pa.string())})
+    text = arrow_text(table)
+    assert text == pandas_text(table)
+    assert '"a\\/b"' in text and [
+        json.loads(line)["raw"] for line in text.split("\n")[:-1]
+    ] == AWKWARD_STRINGS + [None]
+
+
+def test_a_table_longer_than_a_chunk_is_written_whole_and_in_order(monkeypatch):
+    from pidquota.streaming.outputs import jsonl
+
+    monkeypatch.setattr(jsonl, "_CHUNK", 7)
+    table = random_table(np.random.default_rng(99), 50)
+    assert len(jsonl_bytes(table)) == 8
+    assert arrow_text(table) == pandas_text(table)
+
+
+def test_an_empty_table_writes_nothing_and_an_unknown_type_is_refused():
+    assert jsonl_bytes(pa.table({"x": pa.array([], pa.int64())})) == []
+    with pytest.raises(TypeError, match="no JSON writer for a column of type list<item: int64>"):
+        jsonl_bytes(pa.table({"x": pa.array([[1]])}))
