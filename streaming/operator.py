@@ -132,7 +132,7 @@ def _judged(
     replay_until=None,
 ) -> list:
     """The principal's metrics row, carrying its verdicts as arrays (``DECISION_FIELDS``,
-    turned into decision rows in the JVM: ``streaming/query.py``). The row's ``admitted``
+    turned into decision rows by the sinks: ``streaming/outputs/rows.py``). The row's ``admitted``
     and ``throttled`` count the live decisions only: those before ``replay_until`` only
     rebuilt state (a batch may straddle that time) and count as ``passed``."""
     m = quota.metrics()

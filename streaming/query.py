@@ -13,14 +13,14 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from pidquota.conf.errors import ConfigError
 from pidquota.conf.loader import Config
 from pidquota.conf.paths import local_path
-from pidquota.quota import ADMIT, THROTTLE, QuotaSettings, QuotaSource
+from pidquota.quota import QuotaSettings, QuotaSource
 from pidquota.store.kafka import security_options
 from pidquota.streaming import stopping
-from pidquota.streaming.columns import DEAD_PRINCIPAL, KIND_DEAD, KIND_DECISION, KIND_EVENT
+from pidquota.streaming.columns import DEAD_PRINCIPAL, KIND_DEAD, KIND_EVENT
 from pidquota.streaming.compact import COMPACT_SCHEMA, compact
 from pidquota.streaming.operator import make_state_function
 from pidquota.streaming.parse import parse_events
-from pidquota.streaming.schema import DECISION_FIELDS, OPERATOR_SCHEMA, OUTPUT_SCHEMA, STATE_SCHEMA
+from pidquota.streaming.schema import OPERATOR_SCHEMA, STATE_SCHEMA
 from pidquota.streaming.screen import FOLDED, Screen
 from pidquota.streaming.screen import OPTION as SCREEN_OPTION
 
@@ -204,7 +204,9 @@ def enforcer(
     screen: bool = True,
     replay_until: int | None = None,
 ) -> DataFrame:
-    """The enforcer's output rows (``OUTPUT_SCHEMA``) from a stream of lines.
+    """The enforcer's rows from a stream of lines: the operator's (``OPERATOR_SCHEMA``), one
+    per principal per batch with its verdicts as arrays, and the dead letters. The sinks make
+    them output rows (``OUTPUT_SCHEMA``) in Arrow: ``streaming/outputs/rows.py``.
     ``screen=False`` parses every line strictly (slower, same decisions);
     ``replay_until``: events before it only rebuild state (``streaming/replay.py``)."""
     delay = config["pidquota.watermark.delay.ms"]
@@ -227,7 +229,7 @@ def enforcer(
         judged = grouped.applyInPandasWithState(
             judge, OPERATOR_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
         )
-    return decision_rows(judged)
+    return judged
 
 
 def principals_layout_needs(spark) -> None:
@@ -248,31 +250,6 @@ def principals_layout_needs(spark) -> None:
             "pip install 'protobuf>=6.33.5,<7' (pidquota's own install brings it), or keep "
             "pidquota.state.layout=groups"
         )
-
-
-def decision_rows(judged: DataFrame) -> DataFrame:
-    """The operator's rows (``OPERATOR_SCHEMA``) as output rows (``OUTPUT_SCHEMA``): a row
-    carrying ``n`` verdicts in its ``d_`` arrays becomes those ``n`` decision rows (its
-    principal and quota), then itself. Exploding in the JVM costs next to nothing per
-    verdict, where building the rows in pandas cost microseconds each."""
-    # (not size() alone: with spark.sql.ansi.enabled=false the size of NULL is -1)
-    n = F.when(F.col("d_producer_id").isNull(), F.lit(0)).otherwise(F.size("d_producer_id"))
-    rows = judged.select("*", F.explode(F.sequence(F.lit(0), n)).alias("_i"))
-    own = F.col("_i") == n
-
-    def pick(name: str):
-        if name == "kind":
-            return F.when(own, F.col(name)).otherwise(F.lit(KIND_DECISION))
-        if name == "verdict":
-            verdict = F.when(F.col("d_admitted")[F.col("_i")], F.lit(ADMIT)).otherwise(F.lit(THROTTLE))
-            return F.when(own, F.col(name)).otherwise(verdict)
-        if name in DECISION_FIELDS and name != "admitted":  # a metrics count by that name is null
-            return F.when(own, F.col(name)).otherwise(F.col(f"d_{name}")[F.col("_i")])
-        if name in ("principal", "quota"):
-            return F.col(name)
-        return F.when(own, F.col(name))
-
-    return rows.select(*(pick(f.name).cast(f.dataType).alias(f.name) for f in OUTPUT_SCHEMA.fields))
 
 
 def start(output: DataFrame, sink, checkpoint: str, once: bool, trigger_ms: int, name: str = "pidquota"):

@@ -31,6 +31,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from pidquota.streaming.columns import DECISION_FIELDS
+
 # (name, spark type, required, inclusive range or None)
 EVENT_FIELDS: tuple[tuple[str, object, bool, tuple[int, int] | None], ...] = (
     ("timestamp", LongType(), True, (0, 253_402_300_799_999)),  # up to 9999-12-31
@@ -88,10 +90,9 @@ OUTPUT_SCHEMA = StructType(
 OUTPUT_COLUMNS = tuple(f.name for f in OUTPUT_SCHEMA.fields)
 
 # The stateful operator's own rows: the output's, and on a principal's metrics row its
-# batch's verdicts as arrays (``d_`` + a decision column), which the query turns into
-# decision rows in the JVM (``streaming/query.py``): Python then builds one row per
-# principal, not one per verdict.
-DECISION_FIELDS = ("producer_id", "producer_epoch", "timestamp", "admitted", "throttle_time_ms", "tokens")
+# batch's verdicts as arrays (``d_`` + a decision column), which the sinks turn into
+# decision rows in Arrow (``streaming/outputs/rows.py``): Python builds one row per
+# principal, not one per verdict, and Spark collects one per principal too.
 _DECISION_TYPES = {"admitted": BooleanType()}
 OPERATOR_SCHEMA = StructType(
     [

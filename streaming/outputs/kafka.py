@@ -45,6 +45,7 @@ from pidquota.store.kafka import KafkaError, normalized
 from pidquota.store.kafka import consumer as kafka_consumer
 from pidquota.store.kafka import producer as kafka_producer
 from pidquota.streaming.columns import OUTPUTS
+from pidquota.streaming.outputs.rows import output_rows
 
 log = logging.getLogger("pidquota.kafka")
 # output name -> the writer option naming its topic (lower case, as Spark passes options)
@@ -81,13 +82,14 @@ def records(options: dict, table: pa.Table) -> Iterator[tuple[str, bytes | None,
 
 
 def produce(options: dict, batches) -> KafkaCommit:
-    """The data source writer's task: every row of ``batches``, at least once."""
+    """The data source writer's task: every row of ``batches``, at least once (the enforcer's
+    rows become output rows here, ``streaming/outputs/rows.py``)."""
     producer = kafka_producer(options, client_id="pidquota-sink")
     sent: dict[str, int] = {}
     futures = []
     try:
         for batch in batches:
-            for topic, key, value in records(options, pa.Table.from_batches([batch])):
+            for topic, key, value in records(options, output_rows(pa.Table.from_batches([batch]))):
                 futures.append(producer.send(topic, key=key, value=value))
                 sent[topic] = sent.get(topic, 0) + 1
         producer.flush()

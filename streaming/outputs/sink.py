@@ -29,6 +29,7 @@ from pidquota.streaming.columns import KIND_DEAD, KIND_METRIC, OUTPUTS
 from pidquota.streaming.outputs import retention
 from pidquota.streaming.outputs.jsonl import jsonl_bytes
 from pidquota.streaming.outputs.kafka import KafkaOutput
+from pidquota.streaming.outputs.rows import output_rows
 
 log = logging.getLogger("pidquota.output")
 
@@ -164,7 +165,8 @@ class JsonlSink:
         self.totals = BatchTotals()
 
     def __call__(self, batch_df, batch_id: int) -> None:
-        table = self._marked(batch_df.toArrow())  # one collect; Arrow keeps int64 ints with nulls intact
+        # one collect, of a row per principal; Arrow keeps int64 ints with nulls intact
+        table = self._marked(output_rows(batch_df.toArrow()))
         parts = _parts(table, batch_id)
         frames = BatchFrames(parts)
         failed = 0

@@ -1,0 +1,69 @@
+"""The operator's rows, verdicts in arrays, become output rows in Arrow (streaming/outputs/rows.py)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from pidquota.streaming.outputs.rows import output_rows
+from pidquota.streaming.schema import OPERATOR_COLUMNS, OPERATOR_SCHEMA, OUTPUT_SCHEMA
+
+pytestmark = pytest.mark.quick
+
+OPERATOR = to_arrow_schema(OPERATOR_SCHEMA)
+OUTPUT = to_arrow_schema(OUTPUT_SCHEMA)
+
+
+def table(*rows: dict) -> pa.Table:
+    return pa.Table.from_pylist([{c: r.get(c) for c in OPERATOR_COLUMNS} for r in rows], schema=OPERATOR)
+
+
+ALICE = dict(
+    kind="metric",
+    principal="User:a",
+    quota=2.0,
+    timestamp=30,
+    admitted=1,
+    throttled=1,
+    d_producer_id=[7, 8],
+    d_producer_epoch=[0, 1],
+    d_timestamp=[10, 20],
+    d_admitted=[True, False],
+    d_throttle_time_ms=[0, 1800000],
+    d_tokens=[1.0, 0.5],
+)
+DEAD = dict(kind="D", raw="{", reason="not valid JSON")  # no arrays: a dead letter stays one row
+
+
+def test_each_verdict_becomes_a_decision_row_and_the_row_stays():
+    bob = dict(kind="metric", principal="User:b", quota=5.0, d_producer_id=[9], d_producer_epoch=[3],
+               d_timestamp=[40], d_admitted=[True], d_throttle_time_ms=[0], d_tokens=[4.0])  # fmt: skip
+    out = output_rows(table(ALICE, DEAD, bob))
+    assert out.schema == OUTPUT
+    rows = out.to_pylist()
+    got = [
+        (r["kind"], r["principal"], r["producer_id"], r["verdict"], r["throttle_time_ms"], r["quota"])
+        for r in rows
+    ]
+    assert got == [  # the decisions first, in row and array order, then the rows themselves
+        ("decision", "User:a", 7, "ADMIT", 0, 2.0),
+        ("decision", "User:a", 8, "THROTTLE", 1800000, 2.0),
+        ("decision", "User:b", 9, "ADMIT", 0, 5.0),
+        ("metric", "User:a", None, None, None, 2.0),
+        ("D", None, None, None, None, None),
+        ("metric", "User:b", None, None, None, 5.0),
+    ]
+    assert rows[1]["tokens"] == 0.5 and rows[1]["producer_epoch"] == 1 and rows[1]["timestamp"] == 20
+    assert rows[1]["admitted"] is None and rows[3]["admitted"] == 1  # the metric count keeps its name
+    assert rows[3]["timestamp"] == 30 and rows[4]["raw"] == "{"
+
+
+def test_chunks_rows_without_verdicts_and_output_rows_already():
+    two_chunks = pa.concat_tables([table(DEAD), table(ALICE)])
+    out = output_rows(two_chunks)
+    assert [r["kind"] for r in out.to_pylist()] == ["decision", "decision", "D", "metric"]
+    none = output_rows(table(DEAD, dict(kind="metric", principal="User:c", quota=1.0)))
+    assert none.num_rows == 2 and none.schema == OUTPUT
+    assert output_rows(out) is out  # no d_ arrays: already output rows
+    assert output_rows(table()).num_rows == 0
