@@ -30,6 +30,8 @@ random tables with nulls, edge doubles and awkward strings.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -54,8 +56,7 @@ def jsonl_bytes(table: pa.Table) -> list[memoryview]:
 def _chunk(table: pa.Table) -> memoryview:
     parts: list = []
     for i, name in enumerate(table.column_names):
-        key = _encoded_strings([name])[0]
-        parts += [("{" if i == 0 else ",") + key + ":", _values(table[name].combine_chunks())]
+        parts += [("{" if i == 0 else ",") + _key(name) + ":", _values(table[name].combine_chunks())]
     parts.append("}\n")
     lines = pc.binary_join_element_wise(*parts, "")
     offsets = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset : lines.offset + len(lines) + 1]
@@ -70,7 +71,9 @@ def _values(column: pa.Array) -> pa.Array:
     elif pa.types.is_boolean(kind):
         text = pc.if_else(column, "true", "false")
     elif pa.types.is_floating(kind):
-        text = doubles(column)
+        distinct = pc.unique(column)
+        few = len(distinct) * 4 < len(column)  # e.g. the quota: one per principal
+        text = pc.take(doubles(distinct), pc.index_in(column, distinct)) if few else doubles(column)
     elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
         distinct = pc.unique(column).drop_null()
         encoded = pa.array(_encoded_strings(distinct.to_pylist()), pa.string())
@@ -80,6 +83,12 @@ def _values(column: pa.Array) -> pa.Array:
             f"no JSON writer for a column of type {kind}; only integers, doubles, booleans, strings"
         )
     return pc.fill_null(text, "null")
+
+
+@functools.cache
+def _key(name: str) -> str:
+    """A column name as pandas writes it as a key."""
+    return _encoded_strings([name])[0]
 
 
 def _encoded_strings(values: list[str]) -> list[str]:

@@ -73,6 +73,13 @@ def test_each_edge_double_is_written_as_pandas_writes_it():
     assert ours[EDGE_DOUBLES.index(2 / 3)] == "0.6666666667"  # the docstring's worked example
 
 
+def test_a_column_of_few_distinct_doubles_is_written_value_by_value_the_same():
+    rng = np.random.default_rng(5)
+    few = rng.choice(np.array(EDGE_DOUBLES[:12] + [np.nan, -np.inf]), 400)  # formatted once per value
+    table = pa.table({"quota": pa.array(few, pa.float64(), mask=rng.random(400) < 0.1)})
+    assert arrow_text(table) == pandas_text(table)
+
+
 def test_every_awkward_string_is_escaped_as_pandas_escapes_it():
     table = pa.table({"raw": pa.array(AWKWARD_STRINGS + [None], pa.string())})
     text = arrow_text(table)
