@@ -101,6 +101,7 @@ def file_source(
         spark.readStream.format("pidquota-files")
         .option("path", str(p.resolve()))
         .option("ledger", str(where / LEDGER))
+        .option("parallelism", spark.sparkContext.defaultParallelism)  # small files packed (files.pack)
     )
     if max_files:
         reader = reader.option("maxFilesPerTrigger", max_files)

@@ -58,6 +58,9 @@ _CHUNK = 16 << 20  # bytes read at a time
 # A file is read as ranges of about this many bytes, one input partition each:
 # a micro-batch of one 10 MB file then runs on both cores (benchmarks/streaming.py).
 SPLIT_BYTES = 4 << 20
+# Opening a file, counted as this many bytes when small files are packed into one partition
+# (Spark's own file source has the same idea, spark.sql.files.openCostInBytes).
+OPEN_BYTES = 256 << 10
 
 
 class FileRange(InputPartition):
@@ -69,6 +72,44 @@ class FileRange(InputPartition):
         self.path, self.size, self.start = path, size, start
         self.end = size if end is None else end
         self.key = key
+
+
+class FileRanges(InputPartition):
+    """One input partition: file ranges read one after another by one task."""
+
+    def __init__(self, ranges: list[FileRange]):
+        self.ranges = ranges
+
+
+def pack(ranges: list[FileRange], parallelism: int) -> list[FileRanges]:
+    """``ranges`` in order, packed into partitions of about ``total / parallelism`` bytes (at
+    most ``SPLIT_BYTES``, at least ``OPEN_BYTES``), each range counting ``OPEN_BYTES`` more.
+
+    A paced stream's batch is many small files: one task each cost a task's fixed cost per
+    file (``benchmarks/latency.py``). Worked example, 2 cores: eight files of 400 kB count
+    8 x (400 kB + 256 KiB) = 5.3 MB, so partitions of up to 2.65 MB: two, of four files each.
+    A 10 MB file's three ranges of 3.3 MB stay three partitions: half of 10.8 MB is more
+    than ``SPLIT_BYTES``, 4 MiB, which caps a partition."""
+    total = sum(r.end - r.start + OPEN_BYTES for r in ranges)
+    target = min(SPLIT_BYTES, max(OPEN_BYTES, total // max(1, parallelism)))
+    parts: list[FileRanges] = []
+    current: list[FileRange] = []
+    size = 0
+    for r in ranges:
+        cost = r.end - r.start + OPEN_BYTES
+        if current and size + cost > target:
+            parts.append(FileRanges(current))
+            current, size = [], 0
+        current.append(r)
+        size += cost
+    if current:
+        parts.append(FileRanges(current))
+    return parts
+
+
+def parallelism(options: dict) -> int:
+    """The cores a batch's read runs on (the ``parallelism`` option; 2 if unset)."""
+    return max(1, int(options.get("parallelism", 2)))
 
 
 def split(path: str, size: int, begin: int = 0, key: str = "") -> list[FileRange]:
@@ -151,11 +192,12 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"the checkpoint's offsets name {end['files']} files, but {self.ledger_path} lists "
                 f"{len(self.ledger)}; it was edited or lost. Start over with --fresh (or another --output)"
             )
-        return [
+        ranges = [
             r
             for e in self.ledger[int(start.get("files", 0)) : int(end["files"])]
             for r in split(e.path, e.size)
         ]
+        return pack(ranges, parallelism(self.options))
 
     def commit(self, end: dict) -> None:
         pass
@@ -165,14 +207,15 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state.update(ledger=[], _known=set(), _warned=set())
         return state
 
-    def read(self, partition: FileRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: FileRanges) -> Iterator[pa.RecordBatch]:
         return read_partition(partition, self.root, self.options)
 
 
-def read_partition(partition: FileRange, root: str, options: dict) -> Iterator[pa.RecordBatch]:
-    """A partition's lines, through the screen the options ask for."""
+def read_partition(partition: FileRanges, root: str, options: dict) -> Iterator[pa.RecordBatch]:
+    """A partition's lines, range after range, through the screen the options ask for."""
     root_dir = root if Path(root).is_dir() else str(Path(root).parent)
-    return screened_lines(_lines(partition), _ARROW, options, lambda s: broker_of(root_dir, s))
+    lines = (batch for r in partition.ranges for batch in _lines(r))
+    return screened_lines(lines, _ARROW, options, lambda s: broker_of(root_dir, s))
 
 
 def _lines(partition: FileRange) -> Iterator[pa.RecordBatch]:
@@ -218,7 +261,8 @@ class FollowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def partitions(self, start: dict, end: dict):
-        return [r for c in self.follower.chunks(start, end) for r in split(c.path, c.end, c.start, c.key)]
+        ranges = [r for c in self.follower.chunks(start, end) for r in split(c.path, c.end, c.start, c.key)]
+        return pack(ranges, parallelism(self.options))
 
     def commit(self, end: dict) -> None:
         pass
@@ -228,7 +272,7 @@ class FollowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state.update(follower=None)
         return state
 
-    def read(self, partition: FileRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: FileRanges) -> Iterator[pa.RecordBatch]:
         return read_partition(partition, self.root, self.options)
 
 

@@ -66,7 +66,7 @@ def test_offsets_are_ledger_positions_and_survive_a_restart_and_a_torn_line(tmp_
     first = reader()
     end = first.latestOffset({"files": 0}, first.getDefaultReadLimit())
     assert end == {"files": 2}
-    names = [os.path.basename(p.path) for p in first.partitions({"files": 0}, end)]
+    names = [os.path.basename(r.path) for p in first.partitions({"files": 0}, end) for r in p.ranges]
     assert names == ["0.jsonl", "1.jsonl"]
     with ledger.open("a") as f:
         f.write('{"path": "/torn')  # a crash mid-append
@@ -75,13 +75,28 @@ def test_offsets_are_ledger_positions_and_survive_a_restart_and_a_torn_line(tmp_
     second = reader()  # the torn line is cut off before the new files are appended
     assert second.latestOffset({"files": 4}, second.getDefaultReadLimit()) == {"files": 6}
     third = reader()
-    listed = [os.path.basename(p.path) for p in third.partitions({"files": 0}, {"files": 7})]
+    listed = [
+        os.path.basename(r.path) for p in third.partitions({"files": 0}, {"files": 7}) for r in p.ranges
+    ]
     assert listed == [f"{i}.jsonl" for i in range(7)]
     with pytest.raises(ls.CorruptStateError, match="offsets name 9 files"):
         third.partitions({"files": 7}, {"files": 9})
     ledger.write_text(ledger.read_text().replace('"size"', '"sighs"', 1))
     with pytest.raises(ls.CorruptStateError, match="line 1 is damaged"):
         reader()
+
+
+def test_small_files_are_packed_into_about_one_partition_per_core_in_order():
+    kb = 1000
+    files = [fs.FileRange(f"/in/{i}.jsonl", 400 * kb) for i in range(8)]
+    two = fs.pack(files, 2)  # the docstring's worked example
+    assert [[r.path for r in p.ranges] for p in two] == [
+        [f"/in/{i}.jsonl" for i in k] for k in (range(4), range(4, 8))
+    ]
+    assert len(fs.pack(files, 1)) == 2  # 5.3 MB: over SPLIT_BYTES for one partition
+    assert len(fs.pack(files, 8)) == 8 and len(fs.pack(files[:1], 2)) == 1 and fs.pack([], 2) == []
+    big = fs.split("/in/big.jsonl", 10 * kb * kb)
+    assert [p.ranges for p in fs.pack(big, 2)] == [[r] for r in big]  # 3 ranges of 3.3 MB stay 3
 
 
 def test_a_file_is_read_up_to_its_listed_size_and_a_vanished_one_does_not_fail(tmp_path, caplog):
@@ -92,10 +107,14 @@ def test_a_file_is_read_up_to_its_listed_size_and_a_vanished_one_does_not_fail(t
         f.write(b"c\nd")  # still being written after it was listed
     r = fs.FileStreamReader.__new__(fs.FileStreamReader)
     r.root, r.options = str(tmp_path), {}  # no screening: the lines themselves
-    got = [v for b in r.read(fs.FileRange(entry.path, entry.size)) for v in b.column(0).to_pylist()]
+    got = [
+        v
+        for b in r.read(fs.FileRanges([fs.FileRange(entry.path, entry.size)]))
+        for v in b.column(0).to_pylist()
+    ]
     assert got == [b"a", b"b"]
     path.unlink()
-    assert list(r.read(fs.FileRange(entry.path, entry.size))) == []
+    assert list(r.read(fs.FileRanges([fs.FileRange(entry.path, entry.size)]))) == []
     assert "could not read" in caplog.text
 
 
