@@ -120,7 +120,13 @@ def paced(
     query = q.start(q.enforcer(lines, config, quotas), sink, str(out / "_ck"), False, trigger_ms)
     pacer = multiprocessing.get_context("spawn").Process(target=writer, args=(folder, rate, seconds))
     pacer.start()
-    pacer.join()
+    try:
+        pacer.join()
+    finally:
+        if pacer.is_alive():  # an error or Ctrl-C here: stop writing
+            pacer.terminate()
+    if pacer.exitcode != 0:
+        raise SystemExit(f"the pacing writer failed (exit code {pacer.exitcode}); no latency to report")
     time.sleep(2 * trigger_ms / 1000 + 2)  # the last files are decided
     flag.touch()
     while query.isActive and query.status.get("isTriggerActive"):

@@ -22,8 +22,8 @@ import pandas as pd
 
 from pidquota.quota import Decisions, PrincipalQuota, QuotaSettings, QuotaSource, resolve
 from pidquota.quota.states import PrincipalStates
-from pidquota.streaming.columns import DEAD_PRINCIPAL, KIND_DEAD, KIND_METRIC, KIND_SKIPPED
-from pidquota.streaming.schema import DECISION_FIELDS, OPERATOR_COLUMNS
+from pidquota.streaming.columns import DEAD_PRINCIPAL, DECISION_FIELDS, KIND_DEAD, KIND_METRIC, KIND_SKIPPED
+from pidquota.streaming.schema import OPERATOR_COLUMNS
 
 # PySpark's worker pads each group's output with all-NA rows and concatenates
 # (pyspark/worker.py), which makes pandas 2.x warn on every batch. It is not

@@ -48,7 +48,8 @@ EVENT_FIELDS: tuple[tuple[str, object, bool, tuple[int, int] | None], ...] = (
 EVENT_TYPED = StructType([StructField(n, t, True) for n, t, _, _ in EVENT_FIELDS])
 EVENT_TEXT = StructType([StructField(n, StringType(), True) for n, _, _, _ in EVENT_FIELDS])
 
-# The stateful operator's output: the union of the three row kinds.
+# The output rows (decisions, metrics, dead letters, skipped counts) in one schema, ``kind``
+# telling them apart; the operator emits OPERATOR_SCHEMA, which the sinks unfold into these.
 OUTPUT_SCHEMA = StructType(
     [
         StructField("kind", StringType()),

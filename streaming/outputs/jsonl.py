@@ -31,6 +31,7 @@ random tables with nulls, edge doubles and awkward strings.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -40,49 +41,53 @@ import pyarrow.compute as pc
 _PLACES = 10**10  # pandas' to_json double_precision=10
 _FIXED_MAX = 1e16  # ujson's thres_max, (double)1e16 - 1
 _FIXED_MIN = 1e-15  # ujson's thres_min
-_CHUNK = 262_144  # rows per join: bounds the memory, and a chunk's text under 2 GiB
+_CHUNK = 262_144  # rows per join: what is held in memory at once, besides the table
+_TEXT = pa.large_string()  # 64-bit offsets: a chunk of long dead letters may pass 2 GiB
 
 
-def jsonl_bytes(table: pa.Table) -> list[memoryview]:
-    """``table`` as JSON lines, one buffer per chunk of rows; their concatenation is what
-    ``table.to_pandas(...).to_json(orient="records", lines=True, force_ascii=False)`` writes
-    (with ``Int64``/``Int32``/``string`` dtypes for the nullable columns)."""
-    out = []
+def jsonl_bytes(table: pa.Table) -> Iterator[memoryview]:
+    """``table`` as JSON lines, one buffer per chunk of rows, made as they are asked for;
+    their concatenation is what ``table.to_pandas(...).to_json(orient="records", lines=True,
+    force_ascii=False)`` writes (with ``Int64``/``Int32``/``string`` dtypes for the nullable
+    columns)."""
     for start in range(0, table.num_rows, _CHUNK):
-        out.append(_chunk(table.slice(start, _CHUNK)))
-    return out
+        yield _chunk(table.slice(start, _CHUNK))
 
 
 def _chunk(table: pa.Table) -> memoryview:
     parts: list = []
     for i, name in enumerate(table.column_names):
-        parts += [("{" if i == 0 else ",") + _key(name) + ":", _values(table[name].combine_chunks())]
-    parts.append("}\n")
-    lines = pc.binary_join_element_wise(*parts, "")
-    offsets = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset : lines.offset + len(lines) + 1]
+        column = table[name]
+        if pa.types.is_string(column.type):
+            column = column.cast(_TEXT)  # before combining: a slice's text may pass 2 GiB
+        key = pa.scalar(("{" if i == 0 else ",") + _key(name) + ":", _TEXT)
+        parts += [key, _values(column.combine_chunks())]
+    parts.append(pa.scalar("}\n", _TEXT))
+    lines = pc.binary_join_element_wise(*parts, pa.scalar("", _TEXT))
+    offsets = np.frombuffer(lines.buffers()[1], np.int64)[lines.offset : lines.offset + len(lines) + 1]
     return memoryview(lines.buffers()[2])[offsets[0] : offsets[-1]]
 
 
 def _values(column: pa.Array) -> pa.Array:
-    """One JSON value per row of ``column``, as a string array without nulls."""
+    """One JSON value per row of ``column``, as a large string array without nulls."""
     kind = column.type
     if pa.types.is_integer(kind):
-        text = pc.cast(column, pa.string())
+        text = pc.cast(column, _TEXT)
     elif pa.types.is_boolean(kind):
-        text = pc.if_else(column, "true", "false")
+        text = pc.if_else(column, pa.scalar("true", _TEXT), pa.scalar("false", _TEXT))
     elif pa.types.is_floating(kind):
         distinct = pc.unique(column)
         few = len(distinct) * 4 < len(column)  # e.g. the quota: one per principal
         text = pc.take(doubles(distinct), pc.index_in(column, distinct)) if few else doubles(column)
     elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
         distinct = pc.unique(column).drop_null()
-        encoded = pa.array(_encoded_strings(distinct.to_pylist()), pa.string())
+        encoded = pa.array(_encoded_strings(distinct.to_pylist()), _TEXT)
         text = pc.take(encoded, pc.index_in(column, distinct))
     else:
         raise TypeError(
             f"no JSON writer for a column of type {kind}; only integers, doubles, booleans, strings"
         )
-    return pc.fill_null(text, "null")
+    return pc.fill_null(text.cast(_TEXT), pa.scalar("null", _TEXT))
 
 
 @functools.cache

@@ -143,7 +143,7 @@ class JsonlSink:
     def __init__(
         self,
         out_dir: str | Path,
-        on_batch: Callable[[int, dict], None] | None = None,
+        on_batch: Callable[[int, Mapping[str, pd.DataFrame]], None] | None = None,
         kafka: dict | None = None,
         publish: RedisPublisher | None = None,
         replay_until: int | None = None,
@@ -168,21 +168,21 @@ class JsonlSink:
         # one collect, of a row per principal; Arrow keeps int64 ints with nulls intact
         table = self._marked(output_rows(batch_df.toArrow()))
         parts = _parts(table, batch_id)
-        frames = BatchFrames(parts)
         failed = 0
         if self.publish is not None:
             if not self.publish.bound:
                 self.publish.bind(query_id_of(batch_df))
             # Before the files, so that the metrics rows can say how many publishes failed.
             # A replayed batch publishes again; the publisher's fencing makes that harmless.
-            self.publish(batch_id, {**frames, "metrics": _enforced(frames["metrics"])})
+            # (the metrics only: the publisher reads nothing else)
+            self.publish(batch_id, {"metrics": _enforced(BatchFrames(parts)["metrics"])})
             failed = self.publish.failed_publishes
-            frames["metrics"]["failed_publishes"] = failed
         metrics = parts["metrics"]
         at = metrics.schema.get_field_index("failed_publishes")
         parts["metrics"] = metrics.set_column(
             at, "failed_publishes", pa.array([failed] * metrics.num_rows, pa.int64())
         )
+        frames = BatchFrames(parts)  # what on_batch reads: the metrics with failed_publishes
         table = _set(table, "failed_publishes", pc.equal(table["kind"], KIND_METRIC), pa.scalar(failed))
         for name, part in parts.items():
             target = self.out_dir / name / retention.part_name(batch_id)

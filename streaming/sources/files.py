@@ -82,29 +82,26 @@ class FileRanges(InputPartition):
 
 
 def pack(ranges: list[FileRange], parallelism: int) -> list[FileRanges]:
-    """``ranges`` in order, packed into partitions of about ``total / parallelism`` bytes (at
-    most ``SPLIT_BYTES``, at least ``OPEN_BYTES``), each range counting ``OPEN_BYTES`` more.
+    """``ranges`` in order, packed into ``k`` partitions of about equal bytes: ``k`` is the
+    total over a target of ``total / parallelism`` (at most ``SPLIT_BYTES``, at least
+    ``OPEN_BYTES``), each range counting ``OPEN_BYTES`` more; a range goes to the partition
+    its middle byte falls in.
 
     A paced stream's batch is many small files: one task each cost a task's fixed cost per
     file (``benchmarks/latency.py``). Worked example, 2 cores: eight files of 400 kB count
-    8 x (400 kB + 256 KiB) = 5.3 MB, so partitions of up to 2.65 MB: two, of four files each.
-    A 10 MB file's three ranges of 3.3 MB stay three partitions: half of 10.8 MB is more
-    than ``SPLIT_BYTES``, 4 MiB, which caps a partition."""
-    total = sum(r.end - r.start + OPEN_BYTES for r in ranges)
+    8 x (400 kB + 256 KiB) = 5.3 MB, so k = 2: two partitions of four files. Three files of
+    1 MB also make two (one, then two). A 10 MB file's three ranges of 3.3 MB stay three
+    partitions: half of 10.8 MB is more than ``SPLIT_BYTES``, 4 MiB, so k = 3."""
+    costs = [r.end - r.start + OPEN_BYTES for r in ranges]
+    total = sum(costs)
     target = min(SPLIT_BYTES, max(OPEN_BYTES, total // max(1, parallelism)))
-    parts: list[FileRanges] = []
-    current: list[FileRange] = []
-    size = 0
-    for r in ranges:
-        cost = r.end - r.start + OPEN_BYTES
-        if current and size + cost > target:
-            parts.append(FileRanges(current))
-            current, size = [], 0
-        current.append(r)
-        size += cost
-    if current:
-        parts.append(FileRanges(current))
-    return parts
+    k = max(1, -(-total // target)) if total else 1
+    groups: dict[int, list[FileRange]] = {}
+    before = 0
+    for r, cost in zip(ranges, costs, strict=True):
+        groups.setdefault(min(k - 1, (before + cost // 2) * k // total), []).append(r)
+        before += cost
+    return [FileRanges(g) for _, g in sorted(groups.items())]
 
 
 def parallelism(options: dict) -> int:

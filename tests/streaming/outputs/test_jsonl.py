@@ -94,11 +94,17 @@ def test_a_table_longer_than_a_chunk_is_written_whole_and_in_order(monkeypatch):
 
     monkeypatch.setattr(jsonl, "_CHUNK", 7)
     table = random_table(np.random.default_rng(99), 50)
-    assert len(jsonl_bytes(table)) == 8
+    assert len(list(jsonl_bytes(table))) == 8
     assert arrow_text(table) == pandas_text(table)
 
 
 def test_an_empty_table_writes_nothing_and_an_unknown_type_is_refused():
-    assert jsonl_bytes(pa.table({"x": pa.array([], pa.int64())})) == []
+    assert list(jsonl_bytes(pa.table({"x": pa.array([], pa.int64())}))) == []
     with pytest.raises(TypeError, match="no JSON writer for a column of type list<item: int64>"):
-        jsonl_bytes(pa.table({"x": pa.array([[1]])}))
+        list(jsonl_bytes(pa.table({"x": pa.array([[1]])})))
+
+
+def test_large_string_columns_are_written_as_string_ones():
+    table = random_table(np.random.default_rng(3), 300)
+    large = table.set_column(0, "principal", table["principal"].cast(pa.large_string()))
+    assert arrow_text(large) == pandas_text(table)

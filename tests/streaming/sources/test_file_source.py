@@ -94,6 +94,8 @@ def test_small_files_are_packed_into_about_one_partition_per_core_in_order():
         [f"/in/{i}.jsonl" for i in k] for k in (range(4), range(4, 8))
     ]
     assert len(fs.pack(files, 1)) == 2  # 5.3 MB: over SPLIT_BYTES for one partition
+    three = fs.pack([fs.FileRange(f"/in/{i}", 1000 * kb) for i in range(3)], 2)
+    assert [len(p.ranges) for p in three] == [1, 2]  # balanced: not three partitions
     assert len(fs.pack(files, 8)) == 8 and len(fs.pack(files[:1], 2)) == 1 and fs.pack([], 2) == []
     big = fs.split("/in/big.jsonl", 10 * kb * kb)
     assert [p.ranges for p in fs.pack(big, 2)] == [[r] for r in big]  # 3 ranges of 3.3 MB stay 3
