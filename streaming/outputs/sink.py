@@ -94,8 +94,10 @@ def _parts(table: pa.Table, batch_id: int) -> dict[str, pa.Table]:
     """The batch's rows per output, with their columns and the batch id."""
     parts = {}
     for name, (kind, columns) in OUTPUTS.items():
-        rows = table.filter(pc.equal(table["kind"], kind)).select(list(columns))
-        parts[name] = rows.append_column("batch_id", pa.array([batch_id] * rows.num_rows, pa.int64()))
+        rows = table.select(list(columns)).filter(pc.equal(table["kind"], kind))  # copies its columns only
+        parts[name] = rows.append_column(
+            "batch_id", pa.repeat(pa.scalar(batch_id, pa.int64()), rows.num_rows)
+        )
     return parts
 
 
@@ -180,7 +182,7 @@ class JsonlSink:
         metrics = parts["metrics"]
         at = metrics.schema.get_field_index("failed_publishes")
         parts["metrics"] = metrics.set_column(
-            at, "failed_publishes", pa.array([failed] * metrics.num_rows, pa.int64())
+            at, "failed_publishes", pa.repeat(pa.scalar(failed, pa.int64()), metrics.num_rows)
         )
         frames = BatchFrames(parts)  # what on_batch reads: the metrics with failed_publishes
         table = _set(table, "failed_publishes", pc.equal(table["kind"], KIND_METRIC), pa.scalar(failed))
@@ -228,7 +230,7 @@ class JsonlSink:
             self.kafka.bind(query_id_of(batch_df))
         if not table.num_rows:
             return
-        with_id = table.append_column("batch_id", pa.array([batch_id] * table.num_rows, pa.int64()))
+        with_id = table.append_column("batch_id", pa.repeat(pa.scalar(batch_id, pa.int64()), table.num_rows))
         sent = self.kafka.send(with_id, batch_id)
         log.info("batch %d sent to Kafka: %s", batch_id, sent)
 
