@@ -20,6 +20,9 @@ This source lists files itself (``pidquota.streaming.sources.listing``):
   being written) are skipped and named in a warning.
 * **Changed files.** A file is read once. One changed after it was read (new
   size or modification time) is named in a warning and not read again.
+* **Empty files** are not taken until they have bytes: a listing can fall
+  between a writer creating a file and writing to it, and taking the empty file
+  would read nothing and then skip what is written.
 
 Lines end at ``\\n`` or ``\\r\\n``; a final line without a newline is read too.
 """
@@ -148,7 +151,7 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _refresh(self) -> int:
         """List, warn about what is skipped or changed, append new files to the ledger."""
         listing = scan(self.root)
-        news = [f for f in listing.files if f.path not in self._known]
+        news = [f for f in listing.files if f.path not in self._known and f.size > 0]
         for path in [*listing.skipped, *changed_since_read(listing, self.ledger)]:
             if path not in self._warned:
                 self._warned.add(path)

@@ -12,6 +12,8 @@ the CLI's start-up checks use it before Spark starts, and the file source
   ``.tmp`` or ``._COPYING_`` are skipped and named in a warning.
 * **Changed files.** A file is read once. One changed after it was read (new
   size or modification time) is named in a warning and not read again.
+* **Empty files** are left for a later listing (the file source takes a file
+  once it has bytes).
 """
 
 from __future__ import annotations

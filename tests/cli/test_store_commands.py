@@ -1,8 +1,7 @@
 """`pidquota configs` and `pidquota status`, and quotas changed under a running query."""
 
-import json
-
 import pytest
+from harness.enforcer import write_events
 
 from pidquota.cli.main import main
 
@@ -189,8 +188,9 @@ def test_live_quota_change_applies_within_a_trigger_and_status_answers(
         now = int(time.time() * 1000)
 
         def feed(name, pids):
-            lines = [json.dumps({"timestamp": now, "principal": "User:live", "producer_id": p}) for p in pids]
-            (inp / name).write_text("\n".join(lines) + "\n")
+            write_events(
+                inp / name, [{"timestamp": now, "principal": "User:live", "producer_id": p} for p in pids]
+            )
             query.processAllAvailable()
 
         feed("a.jsonl", range(5))  # quota 2: 2 admitted, 3 throttled

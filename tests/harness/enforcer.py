@@ -4,6 +4,7 @@ tests' shared SparkSession."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -13,11 +14,14 @@ from pidquota.streaming.outputs.reader import read_output
 
 
 def write_events(path: Path, events: list) -> Path:
-    """Write events (dicts, or raw strings written as they are) as JSON lines."""
+    """Write events (dicts, or raw strings written as they are) as JSON lines, the way a writer
+    should for a running query: under a hidden name (``.tmp``), renamed when complete."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
+    part = path.with_name(path.name + ".tmp")
+    with part.open("w", encoding="utf-8") as f:
         for e in events:
             f.write((e if isinstance(e, str) else json.dumps(e)) + "\n")
+    os.replace(part, path)
     return path
 
 

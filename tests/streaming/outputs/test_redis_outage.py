@@ -6,11 +6,11 @@ operator re-applies the quotas."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
 import pytest
+from harness.enforcer import write_events
 from harness.redis import start_redis
 
 from pidquota.streaming.outputs.reader import read_output
@@ -47,8 +47,10 @@ def test_query_survives_redis_stopping_and_coming_back_empty(spark, tmp_path, ca
     now = int(time.time() * 1000)
 
     def feed(name: str, pids) -> dict:
-        lines = [json.dumps({"timestamp": now, "principal": PRINCIPAL, "producer_id": p}) for p in pids]
-        (inp / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+        write_events(
+            inp / f"{name}.jsonl",
+            [{"timestamp": now, "principal": PRINCIPAL, "producer_id": p} for p in pids],
+        )
         query.processAllAvailable()
         assert query.isActive, query.exception()
         m = read_output(out, "metrics")

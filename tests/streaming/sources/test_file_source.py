@@ -55,6 +55,18 @@ def test_start_up_notes_name_skipped_and_changed_files_and_an_empty_folder(tmp_p
         ls.start_up_notes(tmp_path / "missing", ck)
 
 
+def test_an_empty_file_is_taken_once_it_has_bytes(tmp_path):
+    folder, ledger = tmp_path / "in", tmp_path / "ck" / ls.LEDGER
+    _touch(folder / "a.jsonl")
+    _touch(folder / "b.jsonl", text="", mtime_ns=1_700_000_000_000_000_001)  # created, not yet written
+    reader = fs.FileStreamReader({"path": str(folder), "ledger": str(ledger)})
+    assert reader.latestOffset({"files": 0}, None) == {"files": 1}
+    _touch(folder / "b.jsonl", text="y\n", mtime_ns=1_700_000_000_000_000_002)
+    assert reader.latestOffset({"files": 1}, None) == {"files": 2}
+    assert [os.path.basename(e.path) for e in ls.read_ledger(ledger)] == ["a.jsonl", "b.jsonl"]
+    assert ls.read_ledger(ledger)[1].size == 2
+
+
 def test_offsets_are_ledger_positions_and_survive_a_restart_and_a_torn_line(tmp_path):
     folder, ledger = tmp_path / "in", tmp_path / "ck" / ls.LEDGER
     for i in range(5):
