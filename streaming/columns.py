@@ -62,6 +62,7 @@ METRIC_COLUMNS = (
 # The decision columns the operator carries as arrays (``d_`` + name) on a principal's row,
 # one element per verdict (``streaming/outputs/rows.py`` makes them decision rows).
 DECISION_FIELDS = ("producer_id", "producer_epoch", "timestamp", "admitted", "throttle_time_ms", "tokens")
+DECISION_ARRAYS = {name: f"d_{name}" for name in DECISION_FIELDS}  # field -> the operator's column
 DEAD_LETTER_COLUMNS = ("raw", "reason", "source")
 SKIPPED_COLUMNS = ("what", "count")
 NOT_A_REQUEST = "not-a-request"  # skipped: a line that is no request-log line (streaming/request_log.py)

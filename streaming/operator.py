@@ -22,7 +22,7 @@ import pandas as pd
 
 from pidquota.quota import Decisions, PrincipalQuota, QuotaSettings, QuotaSource, resolve
 from pidquota.quota.states import PrincipalStates
-from pidquota.streaming.columns import DEAD_PRINCIPAL, DECISION_FIELDS, KIND_DEAD, KIND_METRIC, KIND_SKIPPED
+from pidquota.streaming.columns import DEAD_PRINCIPAL, DECISION_ARRAYS, KIND_DEAD, KIND_METRIC, KIND_SKIPPED
 from pidquota.streaming.schema import OPERATOR_COLUMNS
 
 # PySpark's worker pads each group's output with all-NA rows and concatenates
@@ -160,7 +160,7 @@ def _judged(
 def _arrays(decisions: Decisions) -> dict:
     """The verdicts as the metrics row's decision arrays: Python lists, which PySpark turns
     into Arrow lists without a numpy scalar per element."""
-    return {f"d_{name}": getattr(decisions, name).tolist() for name in DECISION_FIELDS}
+    return {column: getattr(decisions, name).tolist() for name, column in DECISION_ARRAYS.items()}
 
 
 def judge_principal(

@@ -31,7 +31,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from pidquota.streaming.columns import DECISION_FIELDS
+from pidquota.streaming.columns import DECISION_ARRAYS
 
 # (name, spark type, required, inclusive range or None)
 EVENT_FIELDS: tuple[tuple[str, object, bool, tuple[int, int] | None], ...] = (
@@ -99,8 +99,8 @@ OPERATOR_SCHEMA = StructType(
     [
         *OUTPUT_SCHEMA.fields,
         *(
-            StructField(f"d_{name}", ArrayType(_DECISION_TYPES.get(name) or OUTPUT_SCHEMA[name].dataType))
-            for name in DECISION_FIELDS
+            StructField(column, ArrayType(_DECISION_TYPES.get(name) or OUTPUT_SCHEMA[name].dataType))
+            for name, column in DECISION_ARRAYS.items()
         ),
     ]
 )

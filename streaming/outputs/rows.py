@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pidquota.quota import ADMIT, THROTTLE
-from pidquota.streaming.columns import DECISION_FIELDS, KIND_DECISION
+from pidquota.streaming.columns import DECISION_ARRAYS, DECISION_FIELDS, KIND_DECISION
 
-ARRAYS = tuple(f"d_{name}" for name in DECISION_FIELDS)  # the operator's columns beyond the output's
+ARRAYS = tuple(DECISION_ARRAYS.values())  # the operator's columns beyond the output's
 _PER_PRINCIPAL = ("principal", "quota")  # a decision row takes these from its principal's row
 
 
@@ -36,7 +36,7 @@ def output_rows(table: pa.Table) -> pa.Table:
     if ARRAYS[0] not in table.column_names:
         return table
     own = table.drop_columns(list(ARRAYS))
-    ids = table["d_producer_id"].combine_chunks()
+    ids = table[DECISION_ARRAYS["producer_id"]].combine_chunks()
     parent = pc.list_parent_indices(ids)
     n = len(parent)
     columns = []
@@ -45,10 +45,10 @@ def output_rows(table: pa.Table) -> pa.Table:
         if name == "kind":
             made = pa.repeat(pa.scalar(KIND_DECISION, field.type), n)
         elif name == "verdict":
-            admitted = pc.list_flatten(table["d_admitted"].combine_chunks())
+            admitted = pc.list_flatten(table[DECISION_ARRAYS["admitted"]].combine_chunks())
             made = pc.if_else(admitted, pa.scalar(ADMIT, field.type), pa.scalar(THROTTLE, field.type))
         elif name in DECISION_FIELDS and name != "admitted":  # a metrics count by that name is null
-            made = pc.list_flatten(table[f"d_{name}"].combine_chunks()).cast(field.type)
+            made = pc.list_flatten(table[DECISION_ARRAYS[name]].combine_chunks()).cast(field.type)
         elif name in _PER_PRINCIPAL:
             made = pc.take(own[name], parent)
         else:

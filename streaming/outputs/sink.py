@@ -50,19 +50,15 @@ class BatchTotals:
             self.skipped[str(key)] += int(n)
 
 
-def write_jsonl(rows: pa.Table | pd.DataFrame, path: Path) -> None:
-    """``rows`` as JSON lines at ``path``, under a temporary name renamed into place; a write
-    that fails (a full disk) leaves nothing behind, and raises :class:`DiskFull` if the disk is full.
-    An Arrow table is written by ``streaming/outputs/jsonl.py``, a pandas frame by pandas: the
-    same bytes for the same rows."""
+def write_jsonl(rows: pa.Table, path: Path) -> None:
+    """``rows`` as JSON lines at ``path`` (``streaming/outputs/jsonl.py``), under a temporary
+    name renamed into place; a write that fails (a full disk) leaves nothing behind, and raises
+    :class:`DiskFull` if the disk is full."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        if isinstance(rows, pd.DataFrame):
-            rows.to_json(tmp, orient="records", lines=True, force_ascii=False)
-        else:
-            with open(tmp, "wb") as f:
-                for chunk in jsonl_bytes(rows):
-                    f.write(chunk)
+        with open(tmp, "wb") as f:
+            for chunk in jsonl_bytes(rows):
+                f.write(chunk)
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

@@ -7,6 +7,7 @@ import struct
 import sys
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from pidquota.cli.main import main
@@ -45,11 +46,14 @@ def write_run(out, batches: dict[int, dict[str, list[dict]]]) -> None:
     for batch_id, outputs in batches.items():
         for name, rows in outputs.items():
             columns = list(OUTPUTS[name][1])
-            extra = [c for r in rows for c in r if c not in columns]
-            frame = pd.DataFrame(rows, columns=columns + list(dict.fromkeys(extra)))
-            frame["batch_id"] = batch_id
+            columns += dict.fromkeys(c for r in rows for c in r if c not in columns)
+            table = pa.Table.from_pylist(
+                [{c: r.get(c) for c in columns} | {"batch_id": batch_id} for r in rows]
+            )
+            table = table.cast(pa.schema([pa.field(f.name, f.type if f.type != pa.null() else pa.string())
+                                          for f in table.schema]))  # fmt: skip
             (out / name).mkdir(parents=True, exist_ok=True)
-            write_jsonl(frame, out / name / f"part-{batch_id:010d}.jsonl")
+            write_jsonl(table, out / name / f"part-{batch_id:010d}.jsonl")
 
 
 def rows(user: str, decisions: list[dict], **more) -> list[dict]:
