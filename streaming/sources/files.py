@@ -58,9 +58,13 @@ log = logging.getLogger("pidquota.files")
 SCHEMA = "value binary, source_file string"
 _ARROW = pa.schema([("value", pa.binary()), ("source_file", pa.string())])
 _CHUNK = 16 << 20  # bytes read at a time
-# A file is read as ranges of about this many bytes, one input partition each:
-# a micro-batch of one 10 MB file then runs on both cores (benchmarks/streaming.py).
-SPLIT_BYTES = 4 << 20
+# A batch is read in about one input partition per core, as Spark's own file source does
+# (spark.sql.files.maxPartitionBytes): files are split into ranges of the batch's bytes over
+# the cores, at least MIN_SPLIT_BYTES (a task costs ~50 ms of fixed cost in PySpark's
+# Python data sources, benchmarks/file_read.py) and at most MAX_SPLIT_BYTES (a big batch
+# still spreads over a cluster whose cores were not all counted at start).
+MIN_SPLIT_BYTES = 1 << 20
+MAX_SPLIT_BYTES = 32 << 20
 # Opening a file, counted as this many bytes when small files are packed into one partition
 # (Spark's own file source has the same idea, spark.sql.files.openCostInBytes).
 OPEN_BYTES = 256 << 10
@@ -84,21 +88,32 @@ class FileRanges(InputPartition):
         self.ranges = ranges
 
 
+def partitions_of(chunks: list[tuple[str, int, int, str]], parallelism: int) -> list[FileRanges]:
+    """A batch's chunks of files, ``(path, size, begin, key)``: bytes [begin, size) of each,
+    split into ranges (:func:`split`) and packed into about one partition per core (:func:`pack`)."""
+    target = split_bytes(sum(size - begin + OPEN_BYTES for _, size, begin, _ in chunks), parallelism)
+    ranges = [r for path, size, begin, key in chunks for r in split(path, size, begin, key, target)]
+    return pack(ranges, parallelism)
+
+
+def split_bytes(total: int, parallelism: int) -> int:
+    """The bytes a partition reads: ``total`` over the cores, within [MIN_SPLIT_BYTES, MAX_SPLIT_BYTES]."""
+    return min(MAX_SPLIT_BYTES, max(MIN_SPLIT_BYTES, -(-total // max(1, parallelism))))
+
+
 def pack(ranges: list[FileRange], parallelism: int) -> list[FileRanges]:
     """``ranges`` in order, packed into ``k`` partitions of about equal bytes: ``k`` is the
-    total over a target of ``total / parallelism`` (at most ``SPLIT_BYTES``, at least
-    ``OPEN_BYTES``), each range counting ``OPEN_BYTES`` more; a range goes to the partition
-    its middle byte falls in.
+    total over :func:`split_bytes` of it, each range counting ``OPEN_BYTES`` more; a range
+    goes to the partition its middle byte falls in.
 
-    A paced stream's batch is many small files: one task each cost a task's fixed cost per
-    file (``benchmarks/latency.py``). Worked example, 2 cores: eight files of 400 kB count
-    8 x (400 kB + 256 KiB) = 5.3 MB, so k = 2: two partitions of four files. Three files of
-    1 MB also make two (one, then two). A 10 MB file's three ranges of 3.3 MB stay three
-    partitions: half of 10.8 MB is more than ``SPLIT_BYTES``, 4 MiB, so k = 3."""
+    Each partition is one task, and a task has a fixed cost: a paced stream's batch is many
+    small files, and a batch of one file would otherwise be a few tasks. Worked example, 2
+    cores: eight files of 400 kB count 8 x (400 kB + 256 KiB) = 5.3 MB, so k = 2: two
+    partitions of four files. Three files of 1 MB also make two (one, then two). A 10 MB
+    file is split into two ranges of 5 MB (:func:`partitions_of`), one partition each."""
     costs = [r.end - r.start + OPEN_BYTES for r in ranges]
     total = sum(costs)
-    target = min(SPLIT_BYTES, max(OPEN_BYTES, total // max(1, parallelism)))
-    k = max(1, -(-total // target)) if total else 1
+    k = max(1, -(-total // split_bytes(total, parallelism))) if total else 1
     groups: dict[int, list[FileRange]] = {}
     before = 0
     for r, cost in zip(ranges, costs, strict=True):
@@ -112,10 +127,12 @@ def parallelism(options: dict) -> int:
     return max(1, int(options.get("parallelism", 2)))
 
 
-def split(path: str, size: int, begin: int = 0, key: str = "") -> list[FileRange]:
-    """Bytes [begin, size) of a file as ranges of about ``SPLIT_BYTES``, so that the cores
+def split(
+    path: str, size: int, begin: int = 0, key: str = "", target: int = MAX_SPLIT_BYTES
+) -> list[FileRange]:
+    """Bytes [begin, size) of a file as ranges of about ``target`` bytes, so that the cores
     share one file's read and parse (a batch of one file would otherwise run on one core)."""
-    pieces = max(1, -(-(size - begin) // SPLIT_BYTES))
+    pieces = max(1, -(-(size - begin) // target))
     bounds = [begin + (size - begin) * k // pieces for k in range(pieces + 1)]
     return [FileRange(path, size, a, b, key) for a, b in zip(bounds, bounds[1:], strict=False)]
 
@@ -192,12 +209,8 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"the checkpoint's offsets name {end['files']} files, but {self.ledger_path} lists "
                 f"{len(self.ledger)}; it was edited or lost. Start over with --fresh (or another --output)"
             )
-        ranges = [
-            r
-            for e in self.ledger[int(start.get("files", 0)) : int(end["files"])]
-            for r in split(e.path, e.size)
-        ]
-        return pack(ranges, parallelism(self.options))
+        taken = self.ledger[int(start.get("files", 0)) : int(end["files"])]
+        return partitions_of([(e.path, e.size, 0, "") for e in taken], parallelism(self.options))
 
     def commit(self, end: dict) -> None:
         pass
@@ -261,8 +274,8 @@ class FollowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def partitions(self, start: dict, end: dict):
-        ranges = [r for c in self.follower.chunks(start, end) for r in split(c.path, c.end, c.start, c.key)]
-        return pack(ranges, parallelism(self.options))
+        chunks = [(c.path, c.end, c.start, c.key) for c in self.follower.chunks(start, end)]
+        return partitions_of(chunks, parallelism(self.options))
 
     def commit(self, end: dict) -> None:
         pass

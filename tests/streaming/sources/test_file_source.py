@@ -105,12 +105,23 @@ def test_small_files_are_packed_into_about_one_partition_per_core_in_order():
     assert [[r.path for r in p.ranges] for p in two] == [
         [f"/in/{i}.jsonl" for i in k] for k in (range(4), range(4, 8))
     ]
-    assert len(fs.pack(files, 1)) == 2  # 5.3 MB: over SPLIT_BYTES for one partition
+    assert len(fs.pack(files, 1)) == 1  # one core: one task
     three = fs.pack([fs.FileRange(f"/in/{i}", 1000 * kb) for i in range(3)], 2)
     assert [len(p.ranges) for p in three] == [1, 2]  # balanced: not three partitions
-    assert len(fs.pack(files, 8)) == 8 and len(fs.pack(files[:1], 2)) == 1 and fs.pack([], 2) == []
-    big = fs.split("/in/big.jsonl", 10 * kb * kb)
-    assert [p.ranges for p in fs.pack(big, 2)] == [[r] for r in big]  # 3 ranges of 3.3 MB stay 3
+    assert len(fs.pack(files, 8)) == 6  # not under MIN_SPLIT_BYTES each: 5.3 MB / 1 MiB
+    assert len(fs.pack(files[:1], 2)) == 1 and fs.pack([], 2) == []
+    big = fs.partitions_of([("/in/big.jsonl", 10 * kb * kb, 0, "")], 2)  # the docstring's 10 MB file
+    assert [[(r.start, r.end) for r in p.ranges] for p in big] == [
+        [(0, 5 * kb * kb)],
+        [(5 * kb * kb, 10 * kb * kb)],
+    ]
+    huge = fs.partitions_of([("/in/huge.jsonl", 1 << 30, 0, "")], 2)  # at most MAX_SPLIT_BYTES a task
+    assert len(huge) == 32 and all(len(p.ranges) == 1 for p in huge)
+    follow = fs.partitions_of([("/in/a", 3 * kb * kb, 2 * kb * kb, "k1"), ("/in/b", 1, 0, "k2")], 2)
+    assert [[(r.path, r.start, r.end, r.key) for r in p.ranges] for p in follow] == [
+        [("/in/a", 2 * kb * kb, 3 * kb * kb, "k1")],  # from where it was read to
+        [("/in/b", 0, 1, "k2")],  # 1.5 MB with the open costs: over MIN_SPLIT_BYTES, two partitions
+    ]
 
 
 def test_a_file_is_read_up_to_its_listed_size_and_a_vanished_one_does_not_fail(tmp_path, caplog):
@@ -143,13 +154,12 @@ def test_lines_split_like_a_text_reader_at_any_chunk_size(tmp_path, monkeypatch,
 
 @pytest.mark.parametrize("tail", [b"\n", b"", b"\r\n"])
 @pytest.mark.parametrize("split_bytes", [1, 7, 64, 1 << 20])
-def test_a_file_split_into_ranges_reads_every_line_once(tmp_path, monkeypatch, tail, split_bytes):
+def test_a_file_split_into_ranges_reads_every_line_once(tmp_path, tail, split_bytes):
     lines = [b"x" * n for n in (0, 1, 5, 63, 64, 65, 200, 3, 0, 17)] + [b"last"]
     path = tmp_path / "f"
     path.write_bytes(b"\n".join(lines[:3]) + b"\r\n" + b"\n".join(lines[3:]) + tail)
-    monkeypatch.setattr(fs, "SPLIT_BYTES", split_bytes)
     size = path.stat().st_size
-    ranges = fs.split(str(path), size)
+    ranges = fs.split(str(path), size, target=split_bytes)
     assert len(ranges) == max(1, -(-size // split_bytes))
     got = [
         v for r in ranges for arr in fs.read_lines(r.path, r.size, r.start, r.end) for v in arr.to_pylist()
@@ -157,13 +167,12 @@ def test_a_file_split_into_ranges_reads_every_line_once(tmp_path, monkeypatch, t
     assert got == lines
 
 
-def test_a_range_reads_only_to_the_listed_size(tmp_path, monkeypatch):
+def test_a_range_reads_only_to_the_listed_size(tmp_path):
     path = tmp_path / "f"
-    monkeypatch.setattr(fs, "SPLIT_BYTES", 3)
     path.write_bytes(b"a\nbb\nccc\ndddd\n")  # grew after it was listed at 9 bytes
     got = [
         v
-        for r in fs.split(str(path), 9)
+        for r in fs.split(str(path), 9, target=3)
         for arr in fs.read_lines(r.path, r.size, r.start, r.end)
         for v in arr.to_pylist()
     ]
