@@ -16,6 +16,9 @@ prints events/s of:
 - **native**: what a Spark user would write instead: typed ``from_json``, a
   watermark, ``approx_count_distinct(producer_id)`` per principal over
   60-minute windows sliding by 15 minutes, update mode, noop sink (the anchor);
+- **floor**: the enforcer's query with an operator that does nothing (the same
+  read, screen, fold, shuffle and ``applyInPandasWithState``), noop sink: what
+  the enforcer would reach with a free quota core and a free sink;
 - **enforcer, noop sink**: the enforcer's query into a noop sink (the difference to the
   next row is what the driver's sink costs: the collect and the JSON-lines files);
 - **enforcer**: the whole enforcer with its real JSON-lines sink;
@@ -103,6 +106,26 @@ def native(lines, config):
     )
 
 
+def floor(lines, config):
+    """The enforcer's query with an operator that does nothing: the same read, screen, fold,
+    shuffle and ``applyInPandasWithState``, but the operator reads its input and keeps and
+    emits nothing. What the query costs before the quota does any work."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    from pidquota.streaming import query as q
+    from pidquota.streaming.schema import OPERATOR_SCHEMA, STATE_SCHEMA
+
+    def idle(key, pdfs, state):
+        for _ in pdfs:
+            pass
+        yield from ()
+
+    grouped = q.operator_input(lines, config)
+    return grouped.applyInPandasWithState(
+        idle, OPERATOR_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
+    )
+
+
 TEXT = "text"  # a stage that reads with Spark's text source instead of pidquota's
 
 
@@ -118,6 +141,7 @@ def stages(config, quotas):
         "parse, strict": (lambda lines: q.strict(lines, max_principal), False, False),
         "parse": (lambda lines: q.screened(lines, max_principal), False, True),
         "native": (lambda lines: native(lines, config), False, False),
+        "floor": (lambda lines: floor(lines, config), False, True),
         "enforcer, noop sink": (lambda lines: q.enforcer(lines, config, quotas), False, True),
         "enforcer": (lambda lines: q.enforcer(lines, config, quotas), True, True),
         "enforcer, before": (lambda lines: q.enforcer(lines, before, quotas, screen=False), True, False),
@@ -176,6 +200,9 @@ def report(name: str, n: int, res: dict) -> dict[str, float]:
         )
     rate = {k: n / r["secs"] for k, r in res.items()}
     print(f"  enforcer / native: {rate['enforcer'] / rate['native']:.2f}")
+    print(
+        f"  floor / native: {rate['floor'] / rate['native']:.2f} (what a free operator and sink would reach)"
+    )
     sink = res["enforcer"]["secs"] - res["enforcer, noop sink"]["secs"]
     print(f"  the sink's share of the enforcer's time: {sink / res['enforcer']['secs']:.0%}")
     print(f"  parse / parse, strict: {rate['parse'] / rate['parse, strict']:.2f}")
@@ -209,6 +236,7 @@ def table(rates: dict[str, dict[str, float]], core_rate: float, others: dict[str
     for name, r, target in (("flood", flood, ">= 1.0"), ("realistic", real, ">= 1.2")):
         before = f"{r['enforcer, before'] / r['native']:.2f}"
         row(f"{name}: enforcer / native", before, f"{r['enforcer'] / r['native']:.2f}", target)
+        row("  the floor (an operator that does nothing) / native", "", f"{r['floor'] / r['native']:.2f}", "")
     row("pidquota's file source / Spark's text (worse input)", "", f"{read:.2f}", ">= 0.9")
     row("quota core alone, flood, sightings/s, 1 core", "", f"{core_rate / 1e6:.2f}M", ">= 2M")
     if "kafka" in others:

@@ -210,15 +210,8 @@ def enforcer(
     them output rows (``OUTPUT_SCHEMA``) in Arrow: ``streaming/outputs/rows.py``.
     ``screen=False`` parses every line strictly (slower, same decisions);
     ``replay_until``: events before it only rebuild state (``streaming/replay.py``)."""
-    delay = config["pidquota.watermark.delay.ms"]
-    folded = (screened if screen else strict)(lines, config["pidquota.principal.max.length"])
-    folded = folded.withColumn("event_time", F.timestamp_millis("max_ts")).withWatermark(
-        "event_time", f"{delay} milliseconds"
-    )
-    guard = F.lit(None).cast("timestamp").alias("late_guard", metadata={"spark.watermarkDelayMs": delay})
     settings = QuotaSettings.from_config(config)
-    group = state_group(config["pidquota.state.buckets"]).alias("group")
-    grouped = folded.select(group, *COMPACT_COLUMNS, guard).groupBy("group")
+    grouped = operator_input(lines, config, screen)
     if config["pidquota.state.layout"] == "principals":  # one state entry per principal
         from pidquota.streaming.principals import PrincipalProcessor
 
@@ -231,6 +224,19 @@ def enforcer(
             judge, OPERATOR_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
         )
     return judged
+
+
+def operator_input(lines: DataFrame, config: Config, screen: bool = True):
+    """What the stateful operator reads: the lines screened (or parsed strictly) and folded one
+    row per principal per input partition, under the watermark, grouped by state group."""
+    delay = config["pidquota.watermark.delay.ms"]
+    folded = (screened if screen else strict)(lines, config["pidquota.principal.max.length"])
+    folded = folded.withColumn("event_time", F.timestamp_millis("max_ts")).withWatermark(
+        "event_time", f"{delay} milliseconds"
+    )
+    guard = F.lit(None).cast("timestamp").alias("late_guard", metadata={"spark.watermarkDelayMs": delay})
+    group = state_group(config["pidquota.state.buckets"]).alias("group")
+    return folded.select(group, *COMPACT_COLUMNS, guard).groupBy("group")
 
 
 def principals_layout_needs(spark) -> None:
