@@ -107,9 +107,10 @@ def native(lines, config):
 
 
 def floor(lines, config):
-    """The enforcer's query with an operator that does nothing: the same read, screen, fold,
-    shuffle and ``applyInPandasWithState``, but the operator reads its input and keeps and
-    emits nothing. What the query costs before the quota does any work."""
+    """The enforcer's query (the default ``groups`` state layout) with an operator that does
+    nothing: the same read, screen, fold, shuffle and ``applyInPandasWithState``, but the
+    operator reads its input and keeps and emits nothing. What the query costs before the
+    quota does any work."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     from pidquota.streaming import query as q

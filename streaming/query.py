@@ -101,7 +101,9 @@ def file_source(
         spark.readStream.format("pidquota-files")
         .option("path", str(p.resolve()))
         .option("ledger", str(where / LEDGER))
-        .option("parallelism", spark.sparkContext.defaultParallelism)  # small files packed (files.pack)
+        .option(
+            "parallelism", spark.sparkContext.defaultParallelism
+        )  # about one partition per core (files.partitions_of)
     )
     if max_files:
         reader = reader.option("maxFilesPerTrigger", max_files)

@@ -49,6 +49,7 @@ from pidquota.streaming.sources.formats import screened_lines
 from pidquota.streaming.sources.listing import (
     append_ledger,
     changed_since_read,
+    in_progress,
     read_ledger,
     scan,
 )
@@ -60,9 +61,9 @@ _ARROW = pa.schema([("value", pa.binary()), ("source_file", pa.string())])
 _CHUNK = 16 << 20  # bytes read at a time
 # A batch is read in about one input partition per core, as Spark's own file source does
 # (spark.sql.files.maxPartitionBytes): files are split into ranges of the batch's bytes over
-# the cores, at least MIN_SPLIT_BYTES (a task costs ~50 ms of fixed cost in PySpark's
-# Python data sources, benchmarks/file_read.py) and at most MAX_SPLIT_BYTES (a big batch
-# still spreads over a cluster whose cores were not all counted at start).
+# the cores, aiming at MIN_SPLIT_BYTES to MAX_SPLIT_BYTES a task: a task costs ~50 ms fixed
+# in PySpark's Python data sources (docs/benchmarks.md, "The floor"), and a big batch still
+# spreads over a cluster whose cores were not all counted when the query started.
 MIN_SPLIT_BYTES = 1 << 20
 MAX_SPLIT_BYTES = 32 << 20
 # Opening a file, counted as this many bytes when small files are packed into one partition
@@ -103,8 +104,9 @@ def split_bytes(total: int, parallelism: int) -> int:
 
 def pack(ranges: list[FileRange], parallelism: int) -> list[FileRanges]:
     """``ranges`` in order, packed into ``k`` partitions of about equal bytes: ``k`` is the
-    total over :func:`split_bytes` of it, each range counting ``OPEN_BYTES`` more; a range
-    goes to the partition its middle byte falls in.
+    total over :func:`split_bytes` of it, each range counting ``OPEN_BYTES`` more, but no
+    more than makes partitions of ``MIN_SPLIT_BYTES``; a range goes to the partition its
+    middle byte falls in.
 
     Each partition is one task, and a task has a fixed cost: a paced stream's batch is many
     small files, and a batch of one file would otherwise be a few tasks. Worked example, 2
@@ -113,7 +115,7 @@ def pack(ranges: list[FileRange], parallelism: int) -> list[FileRanges]:
     file is split into two ranges of 5 MB (:func:`partitions_of`), one partition each."""
     costs = [r.end - r.start + OPEN_BYTES for r in ranges]
     total = sum(costs)
-    k = max(1, -(-total // split_bytes(total, parallelism))) if total else 1
+    k = max(1, min(-(-total // split_bytes(total, parallelism)), total // MIN_SPLIT_BYTES)) if total else 1
     groups: dict[int, list[FileRange]] = {}
     before = 0
     for r, cost in zip(ranges, costs, strict=True):
@@ -170,7 +172,7 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         listing = scan(self.root)
         news = [f for f in listing.files if f.path not in self._known and f.size > 0]
         for path in [*listing.skipped, *changed_since_read(listing, self.ledger)]:
-            if path not in self._warned:
+            if path not in self._warned and not in_progress(path):  # a writer's .tmp, renamed soon
                 self._warned.add(path)
                 log.warning("pidquota: not reading %s (hidden name, or changed after it was read)", path)
         if news:

@@ -13,7 +13,8 @@ the CLI's start-up checks use it before Spark starts, and the file source
 * **Changed files.** A file is read once. One changed after it was read (new
   size or modification time) is named in a warning and not read again.
 * **Empty files** are left for a later listing (the file source takes a file
-  once it has bytes).
+  once it has bytes). A file still being written under an in-progress name
+  (``.tmp``, ``._COPYING_``) is passed over without a warning while a query runs.
 """
 
 from __future__ import annotations
@@ -48,8 +49,14 @@ class Listing:
 
 def hidden(name: str) -> bool:
     """Names a folder listing passes over: ``_`` or ``.`` first (``_SUCCESS``, ``.part``), and
-    files still being written by the usual conventions (``x.jsonl.tmp``, Hadoop's ``._COPYING_``)."""
-    return name.startswith(("_", ".")) or name.endswith((".tmp", "._COPYING_"))
+    files still being written by the usual conventions (:func:`in_progress`)."""
+    return name.startswith(("_", ".")) or in_progress(name)
+
+
+def in_progress(name: str) -> bool:
+    """A file still being written, to be renamed when complete: ``x.jsonl.tmp``, Hadoop's
+    ``._COPYING_``. A running query passes over these without a warning."""
+    return name.endswith((".tmp", "._COPYING_"))
 
 
 def _entry(path: Path) -> FileEntry | None:
@@ -159,7 +166,8 @@ def start_up_notes(root: str | Path, checkpoint: str | Path) -> tuple[list[str],
             f" and {len(listing.skipped) - 5} more" if len(listing.skipped) > 5 else ""
         )
         notes.append(
-            f"warning: not reading {len(listing.skipped)} hidden name(s) in {root} (starting with '_' or '.'): "
+            f"warning: not reading {len(listing.skipped)} hidden name(s) in {root} (starting with '_' or '.', "
+            f"or ending in .tmp or ._COPYING_): "
             f"{shown}; rename them, or name one file as --input, to read it"
         )
     changed = changed_since_read(listing, ledger)
@@ -170,4 +178,6 @@ def start_up_notes(root: str | Path, checkpoint: str | Path) -> tuple[list[str],
         )
     if not listing.files:
         notes.append(f"warning: {root} has no files to read")
+    elif not any(f.size for f in listing.files):
+        notes.append(f"warning: {root} has only empty files so far; each is read once it has bytes")
     return notes, ledger_path.exists()

@@ -55,12 +55,20 @@ def test_start_up_notes_name_skipped_and_changed_files_and_an_empty_folder(tmp_p
         ls.start_up_notes(tmp_path / "missing", ck)
 
 
-def test_an_empty_file_is_taken_once_it_has_bytes(tmp_path):
+def test_an_empty_file_is_taken_once_it_has_bytes(tmp_path, caplog):
     folder, ledger = tmp_path / "in", tmp_path / "ck" / ls.LEDGER
-    _touch(folder / "a.jsonl")
     _touch(folder / "b.jsonl", text="", mtime_ns=1_700_000_000_000_000_001)  # created, not yet written
+    assert ls.start_up_notes(folder, tmp_path / "ck")[0] == [
+        f"warning: {folder} has only empty files so far; each is read once it has bytes"
+    ]
+    _touch(folder / "a.jsonl")
     reader = fs.FileStreamReader({"path": str(folder), "ledger": str(ledger)})
+    _touch(folder / "c.jsonl.tmp")  # a writer's file, renamed when complete: no warning
+    _touch(folder / "_d.jsonl")  # a hidden name appearing while the query runs: a warning
     assert reader.latestOffset({"files": 0}, None) == {"files": 1}
+    assert [r.getMessage() for r in caplog.records if r.name == "pidquota.files"] == [
+        f"pidquota: not reading {folder / '_d.jsonl'} (hidden name, or changed after it was read)"
+    ]
     _touch(folder / "b.jsonl", text="y\n", mtime_ns=1_700_000_000_000_000_002)
     assert reader.latestOffset({"files": 1}, None) == {"files": 2}
     assert [os.path.basename(e.path) for e in ls.read_ledger(ledger)] == ["a.jsonl", "b.jsonl"]
@@ -108,20 +116,19 @@ def test_small_files_are_packed_into_about_one_partition_per_core_in_order():
     assert len(fs.pack(files, 1)) == 1  # one core: one task
     three = fs.pack([fs.FileRange(f"/in/{i}", 1000 * kb) for i in range(3)], 2)
     assert [len(p.ranges) for p in three] == [1, 2]  # balanced: not three partitions
-    assert len(fs.pack(files, 8)) == 6  # not under MIN_SPLIT_BYTES each: 5.3 MB / 1 MiB
+    assert len(fs.pack(files, 8)) == 5  # no more partitions than make MIN_SPLIT_BYTES each: 5.3 MB / 1 MiB
     assert len(fs.pack(files[:1], 2)) == 1 and fs.pack([], 2) == []
     big = fs.partitions_of([("/in/big.jsonl", 10 * kb * kb, 0, "")], 2)  # the docstring's 10 MB file
     assert [[(r.start, r.end) for r in p.ranges] for p in big] == [
         [(0, 5 * kb * kb)],
         [(5 * kb * kb, 10 * kb * kb)],
     ]
-    huge = fs.partitions_of([("/in/huge.jsonl", 1 << 30, 0, "")], 2)  # at most MAX_SPLIT_BYTES a task
+    huge = fs.partitions_of([("/in/huge.jsonl", 1 << 30, 0, "")], 2)  # ranges of at most MAX_SPLIT_BYTES
     assert len(huge) == 32 and all(len(p.ranges) == 1 for p in huge)
     follow = fs.partitions_of([("/in/a", 3 * kb * kb, 2 * kb * kb, "k1"), ("/in/b", 1, 0, "k2")], 2)
     assert [[(r.path, r.start, r.end, r.key) for r in p.ranges] for p in follow] == [
-        [("/in/a", 2 * kb * kb, 3 * kb * kb, "k1")],  # from where it was read to
-        [("/in/b", 0, 1, "k2")],  # 1.5 MB with the open costs: over MIN_SPLIT_BYTES, two partitions
-    ]
+        [("/in/a", 2 * kb * kb, 3 * kb * kb, "k1"), ("/in/b", 0, 1, "k2")]  # from where it was read to
+    ]  # 1.5 MB with the open costs: under two partitions of MIN_SPLIT_BYTES, so one
 
 
 def test_a_file_is_read_up_to_its_listed_size_and_a_vanished_one_does_not_fail(tmp_path, caplog):
@@ -159,7 +166,7 @@ def test_a_file_split_into_ranges_reads_every_line_once(tmp_path, tail, split_by
     path = tmp_path / "f"
     path.write_bytes(b"\n".join(lines[:3]) + b"\r\n" + b"\n".join(lines[3:]) + tail)
     size = path.stat().st_size
-    ranges = fs.split(str(path), size, target=split_bytes)
+    ranges = fs.split(str(path), size, 0, "", split_bytes)
     assert len(ranges) == max(1, -(-size // split_bytes))
     got = [
         v for r in ranges for arr in fs.read_lines(r.path, r.size, r.start, r.end) for v in arr.to_pylist()
@@ -172,7 +179,7 @@ def test_a_range_reads_only_to_the_listed_size(tmp_path):
     path.write_bytes(b"a\nbb\nccc\ndddd\n")  # grew after it was listed at 9 bytes
     got = [
         v
-        for r in fs.split(str(path), 9, target=3)
+        for r in fs.split(str(path), 9, 0, "", 3)
         for arr in fs.read_lines(r.path, r.size, r.start, r.end)
         for v in arr.to_pylist()
     ]
