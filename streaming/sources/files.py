@@ -17,7 +17,8 @@ This source lists files itself (``pidquota.streaming.sources.listing``):
 * **Names.** A file named on the command line is read whatever its name. In a
   folder (subfolders included), names starting with ``_`` or ``.`` (``_SUCCESS``,
   a writer's ``.part`` file) or ending in ``.tmp`` or ``._COPYING_`` (files still
-  being written) are skipped and named in a warning.
+  being written) are skipped and named in a warning; a running query names the
+  in-progress ones (``.tmp``, ``._COPYING_``) only at start-up.
 * **Changed files.** A file is read once. One changed after it was read (new
   size or modification time) is named in a warning and not read again.
 * **Empty files** are not taken until they have bytes: a listing can fall
@@ -129,9 +130,7 @@ def parallelism(options: dict) -> int:
     return max(1, int(options.get("parallelism", 2)))
 
 
-def split(
-    path: str, size: int, begin: int = 0, key: str = "", target: int = MAX_SPLIT_BYTES
-) -> list[FileRange]:
+def split(path: str, size: int, begin: int, key: str, target: int) -> list[FileRange]:
     """Bytes [begin, size) of a file as ranges of about ``target`` bytes, so that the cores
     share one file's read and parse (a batch of one file would otherwise run on one core)."""
     pieces = max(1, -(-(size - begin) // target))

@@ -9,7 +9,8 @@ the CLI's start-up checks use it before Spark starts, and the file source
   returned.
 * **Names.** A file named on the command line is read whatever its name. In a
   folder (subfolders included), names starting with ``_`` or ``.`` or ending in
-  ``.tmp`` or ``._COPYING_`` are skipped and named in a warning.
+  ``.tmp`` or ``._COPYING_`` are skipped and named in a warning (the in-progress
+  ones at start-up only).
 * **Changed files.** A file is read once. One changed after it was read (new
   size or modification time) is named in a warning and not read again.
 * **Empty files** are left for a later listing (the file source takes a file
