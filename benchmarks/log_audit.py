@@ -7,7 +7,7 @@ per second through the enforcer, beside the same records read as JSON events.
    ``--records`` records each, zstd-flagged (their bodies are never decompressed), walked
    and read by their headers (``records.walk`` + ``records.batch_headers``), then folded by
    the audit's screen (``AuditScreen``): batch headers/s.
-2. **Through the enforcer**, on a Tansu broker, side by side in one SparkSession: the
+2. **Through the enforcer**, on Apache Kafka, side by side in one SparkSession: the
    generator's traffic (``--events``, 3 partitions) read once as JSON events (every record
    decoded and parsed) and once as record batches (headers only): events/s of each, the
    batches the audit saw, and how many PIDs each decided.
@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* from the root
 
-from benchmarks.tansu import start_tansu
+from benchmarks.broker import start_kafka
 from pidquota.conf.loader import load
 from pidquota.quota import StaticQuotas
 from pidquota.store.owners import Owners
@@ -104,7 +104,7 @@ def through_the_enforcer(events: int) -> None:
     from pidquota.streaming.session import spark_session
     from pidquota.streaming.sources.kafka.source import KafkaDataSource
 
-    broker, bootstrap = start_tansu()
+    broker, bootstrap = start_kafka()
     work = Path(tempfile.mkdtemp(prefix="pidquota-audit-bench-"))
     try:
         sent = _produce(bootstrap, events)

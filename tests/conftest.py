@@ -8,33 +8,42 @@ the fixtures live in the ``harness`` package (``tests/harness/``).
 (``spark``, ``make_enforcer``: ``spark``; ``kafka``: ``kafka``; ``redis_server``,
 ``redis_client``: ``redis``; ``spark_cluster``: ``cluster``), or by a module's
 ``pytestmark`` where a test starts the thing itself (``e2e``: pidquota in a subprocess;
-``prometheus``). Every test that starts none of Spark, a subprocess of pidquota or a
-cluster is also marked ``quick``: ``pytest -m quick`` is the developer's tier
+``prometheus``). Every test that starts none of Spark, a subprocess of pidquota, a
+cluster or a Kafka broker is also marked ``quick``: ``pytest -m quick`` is the developer's tier
 (docs/development.md). Markers are strict (pyproject.toml), and what a test starts is
 checked against its markers (``harness.require``, and :func:`_spark_needs_its_marker` for a SparkSession).
 """
 
 from __future__ import annotations
 
-import harness
-import pytest
-from harness.kafka import Tansu
-from harness.redis import start_redis
-from harness.spark_cluster import SparkCluster
+import sys
+from pathlib import Path
 
-from pidquota.conf.loader import load
+# scripts/kafka_broker.py starts Apache Kafka for the tests (harness.kafka) as for a user's shell.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+import harness  # noqa: E402
+import pytest  # noqa: E402
+from harness.kafka import ApacheKafka  # noqa: E402
+from harness.redis import start_redis  # noqa: E402
+from harness.spark_cluster import SparkCluster  # noqa: E402
+
+from pidquota.conf.loader import load  # noqa: E402
 
 # fixture -> the marker every test using it gets
 FIXTURE_MARKERS = {
     "spark": "spark",
     "make_enforcer": "spark",
     "kafka": "kafka",
+    "gated_kafka": "kafka",
     "redis_server": "redis",
     "redis_client": "redis",
     "spark_cluster": "cluster",
 }
-# What keeps a test out of the quick tier: a JVM, in this process or another.
-SLOW = ("spark", "e2e", "cluster")
+# What keeps a test out of the quick tier: a JVM, in this process or another (Apache Kafka is one).
+SLOW = ("spark", "e2e", "cluster", "kafka")
+# What may start a SparkSession.
+SPARK = ("spark", "e2e", "cluster")
 
 
 def pytest_collection_modifyitems(items):
@@ -64,7 +73,7 @@ def _spark_needs_its_marker():
     real = session.spark_session
 
     def checked(*args, **kwargs):
-        if harness.current is not None and not any(harness.current.get_closest_marker(m) for m in SLOW):
+        if harness.current is not None and not any(harness.current.get_closest_marker(m) for m in SPARK):
             harness.require("spark", "a SparkSession")
         return real(*args, **kwargs)
 
@@ -137,8 +146,18 @@ def spark_cluster(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory):
-    """One Tansu broker for the session."""
-    broker = Tansu(tmp_path_factory.mktemp("tansu"))
+    """One Apache Kafka broker for the session (SASL/PLAIN users, an authorizer, the request log)."""
+    broker = ApacheKafka(tmp_path_factory.mktemp("kafka"))
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def gated_kafka(tmp_path_factory):
+    """A second broker for the session whose PLAINTEXT clients pass a :class:`harness.kafka.Gate`:
+    ``pause()`` makes it stop answering; a test that pauses it resumes it."""
+    broker = ApacheKafka(tmp_path_factory.mktemp("kafka-gated"), gated=True)
     broker.start()
     yield broker
     broker.stop()

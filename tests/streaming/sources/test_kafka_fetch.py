@@ -138,12 +138,8 @@ def test_output_schema_and_batch_size(kafka, monkeypatch):
     assert [v for b in batches for v in b.column("value").to_pylist()] == [f"r{i}" for i in range(250)]
 
 
-@pytest.mark.kafka
-def test_a_broker_that_stops_answering_fails_the_read_clearly_then_it_resumes(tmp_path):
-    from harness.kafka import Tansu
-
-    broker = Tansu(tmp_path, gated=True)
-    broker.start()
+def test_a_broker_that_stops_answering_fails_the_read_clearly_then_it_resumes(gated_kafka):
+    broker = gated_kafka
     try:
         broker.produce("stall", [f"s{i}" for i in range(20)], partitions=1)
         rd = reader(broker, "stall", fetchTimeoutMs="2000", requestTimeoutMs="1000")
@@ -158,4 +154,4 @@ def test_a_broker_that_stops_answering_fails_the_read_clearly_then_it_resumes(tm
             f"s{i}" for i in range(10, 20)
         ]
     finally:
-        broker.stop()
+        broker.resume()

@@ -1,0 +1,362 @@
+#!/usr/bin/env python3
+"""Apache Kafka without Docker: its jars from Maven Central, one broker or a small KRaft cluster
+on loopback ports. The tests start their brokers with it (tests/harness/kafka.py), and so can you:
+
+    python3 scripts/kafka_broker.py fetch         # the jars, once (cached; needs mvn and Java 17)
+    python3 scripts/kafka_broker.py run           # a broker on 127.0.0.1:9092 until Ctrl-C
+
+Each node is a combined broker and controller (KRaft) with three listeners:
+
+- ``PLAINTEXT`` (the bootstrap address): no authentication; clients are ``User:ANONYMOUS``.
+- ``SASL_PLAINTEXT``, SASL/PLAIN: clients log in as one of the users (``NAME-secret`` is
+  NAME's password unless given), so the request log and the quotas name real ``User:``
+  principals.
+- ``CONTROLLER``, for the KRaft quorum.
+
+The StandardAuthorizer runs, so ACLs refuse for real; ``User:admin`` and ``User:ANONYMOUS``
+are super users, and a resource with no ACL is open to all. The logging is
+``docker/kafka/log4j2.yaml``: the request log at DEBUG in ``<dir>/logs/kafka-request.log``.
+
+Standard library only: the tests, the benchmarks and a user's shell all run it as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+POM = ROOT / "docker" / "kafka" / "pom.xml"
+LOG4J2 = ROOT / "docker" / "kafka" / "log4j2.yaml"
+VERSION = "4.1.1"  # Apache Kafka; PIDQUOTA_KAFKA_VERSION picks another 4.x
+USERS = ("admin", "alice", "bob", "carol", "crash-loop", "steady", "per-batch", "per-error", "pidquota")
+STARTED = "Kafka Server started"  # what kafka.Kafka logs once every listener accepts
+START_TIMEOUT_S = 90
+
+
+class BrokerError(RuntimeError):
+    """The jars could not be fetched, or a broker did not start."""
+
+
+def version() -> str:
+    return os.environ.get("PIDQUOTA_KAFKA_VERSION", VERSION)
+
+
+def cache_dir(kafka_version: str | None = None) -> Path:
+    base = os.environ.get("PIDQUOTA_KAFKA_CACHE") or Path.home() / ".cache" / "pidquota"
+    return Path(base) / f"kafka-{kafka_version or version()}"
+
+
+def fetch(kafka_version: str | None = None, quiet: bool = True) -> Path:
+    """The folder of Apache Kafka's jars (and a log4j2 binding), fetched from Maven Central by
+    ``mvn dependency:copy-dependencies`` on ``docker/kafka/pom.xml`` the first time; cached."""
+    kafka_version = kafka_version or version()
+    libs = cache_dir(kafka_version)
+    if (libs / ".complete").exists():
+        return libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise BrokerError("mvn is not installed: the broker's jars come from Maven Central through it")
+    partial = libs.with_name(libs.name + f".partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    cmd = [
+        mvn,
+        "-B",
+        *(["-q"] if quiet else []),
+        "-f",
+        str(POM),
+        f"-Dkafka.version={kafka_version}",
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={partial}",
+        "-DincludeScope=runtime",
+    ]
+    done = subprocess.run(cmd, capture_output=quiet, text=True)
+    if done.returncode != 0:
+        tail = (done.stdout or "")[-2000:] if quiet else ""
+        raise BrokerError(f"mvn could not fetch Apache Kafka {kafka_version}:\n{tail}")
+    (partial / ".complete").write_text(kafka_version + "\n")
+    try:
+        partial.rename(libs)
+    except OSError:  # another process finished first
+        shutil.rmtree(partial, ignore_errors=True)
+    return libs
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def java_cmd(libs: Path, main: str, *args: str, heap: str = "512m", logs: Path | None = None) -> list[str]:
+    java = shutil.which("java")
+    if java is None:
+        raise BrokerError("java is not installed: Apache Kafka 4.x needs Java 17 or later")
+    props = [f"-Dlog4j2.configurationFile={LOG4J2}"]
+    if logs is not None:
+        props.append(f"-Dkafka.logs.dir={logs}")
+    return [
+        java,
+        f"-Xmx{heap}",
+        "-Xms64m",
+        "-Djava.awt.headless=true",
+        *props,
+        "-cp",
+        f"{libs}/*",
+        main,
+        *args,
+    ]
+
+
+@dataclass
+class Node:
+    """One combined broker and controller: its ports, folder and process."""
+
+    node_id: int
+    workdir: Path
+    port: int = field(default_factory=free_port)  # PLAINTEXT
+    sasl_port: int = field(default_factory=free_port)
+    controller_port: int = field(default_factory=free_port)
+    advertised_port: int | None = None  # a relay's port in front of ``port`` (tests' Gate)
+    proc: subprocess.Popen | None = None
+    out_from: int = 0  # where this start's output begins in ``stdout`` (a restart appends)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.advertised_port or self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.sasl_port}"
+
+    @property
+    def logs(self) -> Path:
+        return self.workdir / "logs"
+
+    @property
+    def request_log(self) -> Path:
+        return self.logs / "kafka-request.log"
+
+    @property
+    def stdout(self) -> Path:
+        return self.workdir / "broker.out"
+
+
+class Cluster:
+    """``size`` KRaft nodes, each broker and controller, on free loopback ports under ``workdir``.
+
+    ``users`` maps each SASL/PLAIN user to its password; ``extra`` adds or overrides broker
+    settings (``{"num.partitions": "3"}``)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        size: int = 1,
+        users: dict[str, str] | None = None,
+        extra: dict[str, str] | None = None,
+        heap: str = "512m",
+        kafka_version: str | None = None,
+    ):
+        self.workdir = Path(workdir)
+        self.users = users or {u: f"{u}-secret" for u in USERS}
+        self.extra = dict(extra or {})
+        self.heap = heap
+        self.version = kafka_version or version()
+        self.nodes = [Node(i, self.workdir / f"node-{i}") for i in range(1, size + 1)]
+        self.id = cluster_id()
+        self.libs: Path | None = None
+        self.log4j2 = LOG4J2
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        return ",".join(n.sasl_bootstrap for n in self.nodes)
+
+    def properties(self, node: Node) -> dict[str, str]:
+        """The node's server.properties."""
+        n = len(self.nodes)
+        jaas = "org.apache.kafka.common.security.plain.PlainLoginModule required " + " ".join(
+            f'user_{user}="{password}"' for user, password in self.users.items()
+        )
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": ",".join(
+                f"{m.node_id}@127.0.0.1:{m.controller_port}" for m in self.nodes
+            ),
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},SASL_PLAINTEXT://127.0.0.1:{node.sasl_port},"
+            f"CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{node.bootstrap},SASL_PLAINTEXT://{node.sasl_bootstrap}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas + ";",
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin;User:ANONYMOUS",
+            "allow.everyone.if.no.acl.found": "true",
+            "log.dirs": str(node.workdir / "data"),
+            "num.partitions": "1",
+            "default.replication.factor": str(min(n, 3)),
+            "offsets.topic.replication.factor": str(min(n, 3)),
+            "offsets.topic.num.partitions": "1",
+            "transaction.state.log.replication.factor": str(min(n, 3)),
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "1",
+            "share.coordinator.state.topic.replication.factor": str(min(n, 3)),
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+        }
+        props.update(self.extra)
+        return props
+
+    def _write(self, node: Node) -> Path:
+        node.workdir.mkdir(parents=True, exist_ok=True)
+        node.logs.mkdir(exist_ok=True)
+        path = node.workdir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in self.properties(node).items()))
+        return path
+
+    def format(self) -> None:
+        self.libs = fetch(self.version)
+        for node in self.nodes:
+            config = self._write(node)
+            cmd = java_cmd(
+                self.libs,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                self.id,
+                "-c",
+                str(config),
+                heap="256m",
+                logs=node.logs,
+            )
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise BrokerError(
+                    f"formatting node {node.node_id} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+                )
+
+    def start(self) -> Cluster:
+        """Format every node's storage, start them all, and wait until each serves."""
+        self.format()
+        for node in self.nodes:
+            self.start_node(node, wait=False)
+        for node in self.nodes:
+            self.wait_started(node)
+        return self
+
+    def start_node(self, node: Node, wait: bool = True) -> None:
+        """Start (or restart) one node on its own storage."""
+        config = self._write(node)
+        cmd = java_cmd(
+            self.libs or fetch(self.version), "kafka.Kafka", str(config), heap=self.heap, logs=node.logs
+        )
+        if self.log4j2 != LOG4J2:
+            cmd[cmd.index(f"-Dlog4j2.configurationFile={LOG4J2}")] = (
+                f"-Dlog4j2.configurationFile={self.log4j2}"
+            )
+        node.out_from = node.stdout.stat().st_size if node.stdout.exists() else 0
+        with node.stdout.open("a") as out:
+            node.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        if wait:
+            self.wait_started(node)
+
+    def wait_started(self, node: Node, timeout_s: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if node.proc.poll() is not None:
+                raise BrokerError(f"node {node.node_id} exited ({node.proc.returncode}); see {node.stdout}")
+            with node.stdout.open("rb") as out:
+                out.seek(node.out_from)
+                if STARTED.encode() in out.read():
+                    return
+            time.sleep(0.1)
+        raise BrokerError(f"node {node.node_id} did not start within {timeout_s:g} s; see {node.stdout}")
+
+    def kill(self, node: Node) -> None:
+        """kill -9, as a crash."""
+        if node.proc is not None and node.proc.poll() is None:
+            node.proc.send_signal(signal.SIGKILL)
+            node.proc.wait(timeout=30)
+
+    def stop_node(self, node: Node) -> None:
+        if node.proc is not None and node.proc.poll() is None:
+            node.proc.terminate()
+            try:
+                node.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill(node)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            self.stop_node(node)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
+    sub = ap.add_subparsers(dest="command", required=True)
+    f = sub.add_parser("fetch", help="fetch Apache Kafka's jars from Maven Central (cached)")
+    f.add_argument("--version", default=None, help=f"Apache Kafka version (default {version()})")
+    r = sub.add_parser("run", help="run a broker in the foreground until Ctrl-C")
+    r.add_argument(
+        "--dir", type=Path, default=Path("kafka-local"), help="its data and logs (default ./kafka-local)"
+    )
+    r.add_argument("--port", type=int, default=9092, help="the PLAINTEXT listener (default 9092)")
+    r.add_argument("--sasl-port", type=int, default=9094, help="the SASL_PLAINTEXT listener (default 9094)")
+    r.add_argument("--version", default=None, help=f"Apache Kafka version (default {version()})")
+    args = ap.parse_args(argv)
+    try:
+        if args.command == "fetch":
+            print(fetch(args.version, quiet=False))
+            return 0
+        return _run(args)
+    except BrokerError as exc:
+        print(f"kafka_broker: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(args) -> int:
+    cluster = Cluster(args.dir, kafka_version=args.version)
+    node = cluster.nodes[0]
+    node.port, node.sasl_port = args.port, args.sasl_port
+    if (node.workdir / "data" / "meta.properties").exists():
+        cluster.libs = fetch(cluster.version)
+        cluster.start_node(node)  # keep the data of the last run
+    else:
+        cluster.start()
+    print(
+        f"Apache Kafka {cluster.version} is up: PLAINTEXT {node.bootstrap} (User:ANONYMOUS), "
+        f"SASL_PLAINTEXT {node.sasl_bootstrap} (SASL/PLAIN; users {', '.join(cluster.users)}, "
+        f"password NAME-secret); request log {node.request_log}. Ctrl-C stops it.",
+        flush=True,
+    )
+    try:
+        node.proc.wait()
+    except KeyboardInterrupt:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
