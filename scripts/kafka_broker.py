@@ -102,11 +102,13 @@ def cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def java_cmd(libs: Path, main: str, *args: str, heap: str = "512m", logs: Path | None = None) -> list[str]:
+def java_cmd(
+    libs: Path, main: str, *args: str, heap: str = "512m", logs: Path | None = None, log4j2: Path = LOG4J2
+) -> list[str]:
     java = shutil.which("java")
     if java is None:
         raise BrokerError("java is not installed: Apache Kafka 4.x needs Java 17 or later")
-    props = [f"-Dlog4j2.configurationFile={LOG4J2}"]
+    props = [f"-Dlog4j2.configurationFile={log4j2}"]
     if logs is not None:
         props.append(f"-Dkafka.logs.dir={logs}")
     return [
@@ -160,7 +162,8 @@ class Cluster:
     """``size`` KRaft nodes, each broker and controller, on free loopback ports under ``workdir``.
 
     ``users`` maps each SASL/PLAIN user to its password; ``extra`` adds or overrides broker
-    settings (``{"num.partitions": "3"}``)."""
+    settings (``{"num.partitions": "3"}``); ``log4j2`` is the logging file (default
+    ``docker/kafka/log4j2.yaml``)."""
 
     def __init__(
         self,
@@ -170,6 +173,7 @@ class Cluster:
         extra: dict[str, str] | None = None,
         heap: str = "512m",
         kafka_version: str | None = None,
+        log4j2: Path = LOG4J2,
     ):
         self.workdir = Path(workdir)
         self.users = users or {u: f"{u}-secret" for u in USERS}
@@ -179,7 +183,7 @@ class Cluster:
         self.nodes = [Node(i, self.workdir / f"node-{i}") for i in range(1, size + 1)]
         self.id = cluster_id()
         self.libs: Path | None = None
-        self.log4j2 = LOG4J2
+        self.log4j2 = Path(log4j2)
 
     @property
     def bootstrap(self) -> str:
@@ -248,6 +252,7 @@ class Cluster:
                 str(config),
                 heap="256m",
                 logs=node.logs,
+                log4j2=self.log4j2,
             )
             done = subprocess.run(cmd, capture_output=True, text=True)
             if done.returncode != 0:
@@ -267,13 +272,8 @@ class Cluster:
     def start_node(self, node: Node, wait: bool = True) -> None:
         """Start (or restart) one node on its own storage."""
         config = self._write(node)
-        cmd = java_cmd(
-            self.libs or fetch(self.version), "kafka.Kafka", str(config), heap=self.heap, logs=node.logs
-        )
-        if self.log4j2 != LOG4J2:
-            cmd[cmd.index(f"-Dlog4j2.configurationFile={LOG4J2}")] = (
-                f"-Dlog4j2.configurationFile={self.log4j2}"
-            )
+        libs = self.libs or fetch(self.version)
+        cmd = java_cmd(libs, "kafka.Kafka", str(config), heap=self.heap, logs=node.logs, log4j2=self.log4j2)
         node.out_from = node.stdout.stat().st_size if node.stdout.exists() else 0
         with node.stdout.open("a") as out:
             node.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

@@ -6,20 +6,39 @@ from __future__ import annotations
 
 class ConfluentProducer:
     """An idempotent librdkafka producer (``compression`` none, gzip, snappy, lz4 or zstd; ``pad``
-    bytes of spaces after each value, so that a small batch is worth compressing)."""
+    bytes of spaces after each value, so that a small batch is worth compressing). librdkafka
+    does not hand out its producer id, but its statistics name it: :meth:`pid` reads them."""
 
     def __init__(self, bootstrap: str, compression: str = "none", pad: int = 0, **conf):
         from confluent_kafka import Producer
 
+        self.eos: dict = {}
         settings = {
             "bootstrap.servers": bootstrap,
             "enable.idempotence": True,
             "compression.type": compression,
             "linger.ms": 5,
+            "statistics.interval.ms": 100,
+            "stats_cb": self._stats,
             **conf,
         }
         self.producer = Producer(settings)
         self.pad = b" " * pad  # librdkafka sends a batch uncompressed when compressing does not shrink it
+
+    def _stats(self, text: str) -> None:
+        import json
+
+        self.eos = json.loads(text).get("eos") or self.eos
+
+    def pid(self, timeout_s: float = 5.0) -> int | None:
+        """The producer id the broker granted, from librdkafka's statistics (``eos``)."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while self.eos.get("producer_id", -1) < 0 and time.monotonic() < deadline:
+            self.producer.poll(0.05)
+        pid = self.eos.get("producer_id", -1)
+        return pid if pid >= 0 else None
 
     def send(self, topic: str, key: bytes | None = None, value: bytes | None = None):
         self.producer.produce(topic, key=key, value=(value or b"") + self.pad)

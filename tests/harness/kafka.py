@@ -104,6 +104,22 @@ class ApacheKafka:
             "kafka.sasl.password": self.cluster.users[user],
         }
 
+    def admin(self):
+        """kafka-python's admin client on the PLAINTEXT listener (``User:ANONYMOUS``, a super user)."""
+        from kafka import KafkaAdminClient
+
+        return KafkaAdminClient(bootstrap_servers=self.bootstrap)
+
+    def request_log_lines(self, api: str = "INIT_PRODUCER_ID") -> list[str]:
+        """Every node's request-log lines of ``api``, live and rolled files, in the order written."""
+        out = []
+        for node in self.nodes:
+            files = sorted(node.logs.glob("kafka-request.log.*"), key=lambda f: f.stat().st_mtime)
+            for f in [*files, node.request_log]:
+                if f.exists():
+                    out += [line for line in f.read_text().splitlines() if f'"requestApiKeyName":"{api}"' in line]
+        return out
+
     def start(self) -> None:
         require("kafka", "an Apache Kafka broker")
         import kafka_broker

@@ -1,8 +1,9 @@
-"""The log audit through the real query, against the Tansu broker, with real clients that no
+"""The log audit through the real query, against Apache Kafka, with real clients that no
 one here wrote: crash-looping idempotent producers on kafka-python and on confluent-kafka
 (librdkafka, its batches compressed with gzip, snappy, lz4 and zstd), a steady producer, and
 a transactional one that commits and re-inits. Read with `--input-format record-batches`
-from a topic pattern, the crash loop's owner is throttled and the steady one never is."""
+from a topic pattern, the crash loop's owner is throttled and the steady one never is, and the
+producer ids the audit counted are those the broker itself lists (DescribeProducers)."""
 
 import json
 
@@ -104,6 +105,26 @@ def test_the_audit_throttles_the_crash_loops_owner_and_never_the_steady_one(
     skipped = dict(zip(out["skipped"]["what"], out["skipped"]["count"], strict=True))
     assert skipped[CONTROL_BATCH] == 2  # the two commit markers
     assert out["dead-letters"].empty
+
+    # The broker's own view (DescribeProducers, KIP-664): the producers each partition leader
+    # holds are exactly the PIDs the audit counted for the topics of each principal.
+    counted = d.groupby("principal").producer_id.apply(set).to_dict()
+    assert _active_producers(kafka, ["audit-crash-kp", "audit-crash-ck"]) == counted["User:crash"]
+    assert _active_producers(kafka, ["audit-steady"]) == counted["User:steady"]
+    assert _active_producers(kafka, ["audit-txn"]) == counted["Topic:audit-txn"]
+
+
+def _active_producers(kafka, topics: list[str]) -> set[int]:
+    """Every producer id the leaders of ``topics`` (one partition each) hold state for, as
+    DescribeProducers says."""
+    from kafka import TopicPartition
+
+    admin = kafka.admin()
+    try:
+        states = admin.describe_producers([TopicPartition(t, 0) for t in topics])
+    finally:
+        admin.close()
+    return {s.producer_id for state in states.values() for s in state.active_producers}
 
 
 def test_recommend_reads_the_audit_too(kafka, spark, sent, owners):
