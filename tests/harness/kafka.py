@@ -117,7 +117,9 @@ class ApacheKafka:
             files = sorted(node.logs.glob("kafka-request.log.*"), key=lambda f: f.stat().st_mtime)
             for f in [*files, node.request_log]:
                 if f.exists():
-                    out += [line for line in f.read_text().splitlines() if f'"requestApiKeyName":"{api}"' in line]
+                    out += [
+                        line for line in f.read_text().splitlines() if f'"requestApiKeyName":"{api}"' in line
+                    ]
         return out
 
     def start(self) -> None:
