@@ -19,7 +19,7 @@ from pidquota.conf.errors import PidquotaError
 from pidquota.conf.settings import memory_kib
 from pidquota.quota import QuotaSettings
 from pidquota.store.kafka import KafkaUrl
-from pidquota.streaming.columns import NOT_A_REQUEST
+from pidquota.streaming.columns import ANONYMOUS, NOT_A_REQUEST
 
 DEMO_SPEED = 60.0
 
@@ -287,6 +287,13 @@ def _say_end(args: argparse.Namespace, plan: run_plan.Plan, totals, summary) -> 
         print(
             f"pidquota: warning: none of the {totals.skipped[NOT_A_REQUEST]:,} lines read is a Kafka request-log "
             "line; is --input-format right? (JSON events are --input-format events)",
+            file=sys.stderr,
+        )
+    if totals.anonymous:
+        print(
+            f"pidquota: warning: {totals.anonymous:,} decisions are for {ANONYMOUS}: Kafka names every client "
+            "of a listener without authentication so, and one quota then covers them all; read an "
+            "authenticated listener's clients (SASL or mTLS), or give User:ANONYMOUS a quota of its own",
             file=sys.stderr,
         )
     if totals.skipped:

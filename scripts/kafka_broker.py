@@ -15,7 +15,8 @@ Each node is a combined broker and controller (KRaft) with three listeners:
 
 The StandardAuthorizer runs, so ACLs refuse for real; ``User:admin`` and ``User:ANONYMOUS``
 are super users, and a resource with no ACL is open to all. The logging is
-``docker/kafka/log4j2.yaml``: the request log at DEBUG in ``<dir>/logs/kafka-request.log``.
+``docker/kafka/log4j2.yaml``: the request log at DEBUG in ``<dir>/logs/node-N/kafka-request.log``,
+a folder per broker, so that ``<dir>/logs`` holds every broker's request log and nothing else.
 
 Standard library only: the tests, the benchmarks and a user's shell all run it as it is.
 """
@@ -147,7 +148,8 @@ class Node:
 
     @property
     def logs(self) -> Path:
-        return self.workdir / "logs"
+        """Its request log's folder: ``logs/node-N`` beside the nodes' own folders."""
+        return self.workdir.parent / "logs" / f"node-{self.node_id}"
 
     @property
     def request_log(self) -> Path:
@@ -188,6 +190,11 @@ class Cluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(n.bootstrap for n in self.nodes)
+
+    @property
+    def logs(self) -> Path:
+        """Every node's request-log folder (``node-N``), and nothing else."""
+        return self.workdir / "logs"
 
     @property
     def sasl_bootstrap(self) -> str:
@@ -233,7 +240,7 @@ class Cluster:
 
     def _write(self, node: Node) -> Path:
         node.workdir.mkdir(parents=True, exist_ok=True)
-        node.logs.mkdir(exist_ok=True)
+        node.logs.mkdir(parents=True, exist_ok=True)
         path = node.workdir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in self.properties(node).items()))
         return path

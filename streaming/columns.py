@@ -66,6 +66,9 @@ DECISION_ARRAYS = {name: f"d_{name}" for name in DECISION_FIELDS}  # field -> th
 DEAD_LETTER_COLUMNS = ("raw", "reason", "source")
 SKIPPED_COLUMNS = ("what", "count")
 NOT_A_REQUEST = "not-a-request"  # skipped: a line that is no request-log line (streaming/request_log.py)
+# The principal Kafka gives every client of a listener that authenticates no one (PLAINTEXT, or
+# SSL without client certificates): one quota would cover all of them.
+ANONYMOUS = "User:ANONYMOUS"
 
 # Each output: its name (folder, Kafka option), the row kind it takes, its columns.
 OUTPUTS = {

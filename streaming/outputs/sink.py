@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from pidquota.conf.errors import PidquotaError
 from pidquota.store.sink import RedisPublisher
-from pidquota.streaming.columns import KIND_DEAD, KIND_METRIC, OUTPUTS
+from pidquota.streaming.columns import ANONYMOUS, KIND_DEAD, KIND_METRIC, OUTPUTS
 from pidquota.streaming.outputs import retention
 from pidquota.streaming.outputs.jsonl import jsonl_bytes
 from pidquota.streaming.outputs.kafka import KafkaOutput
@@ -44,10 +44,17 @@ class BatchTotals:
     batches: int = 0
     rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTPUTS, 0))
     skipped: Counter = field(default_factory=Counter)  # input lines of no interest, per kind
+    anonymous: int = 0  # decisions for User:ANONYMOUS: a listener that authenticates no one
 
-    def add_skipped(self, rows: pa.Table) -> None:
+    def add(self, parts: dict[str, pa.Table]) -> None:
+        for name, part in parts.items():
+            self.rows[name] += part.num_rows
+        rows = parts["skipped"]
         for key, n in zip(rows["what"].to_pylist(), rows["count"].to_pylist(), strict=True):
             self.skipped[str(key)] += int(n)
+        decisions = parts["decisions"]
+        if decisions.num_rows:
+            self.anonymous += pc.sum(pc.equal(decisions["principal"], ANONYMOUS)).as_py() or 0
 
 
 def write_jsonl(rows: pa.Table, path: Path) -> None:
@@ -188,8 +195,7 @@ class JsonlSink:
                 write_jsonl(part, target)
             elif target.exists():  # a replay that now writes nothing
                 target.unlink()
-            self.totals.rows[name] += part.num_rows
-        self.totals.add_skipped(parts["skipped"])
+        self.totals.add(parts)
         self._keep(batch_id)
         if self.kafka is not None:
             self._send(batch_df, table.filter(pc.invert(pc.fill_null(table["replay"], False))), batch_id)

@@ -379,14 +379,22 @@ def volume_problems(doc: dict) -> list[str]:
     return problems
 
 
-def log4j(path: Path) -> dict[str, str]:
-    """A log4j 1 properties file's keys and values."""
-    out = {}
-    for line in path.read_text().splitlines():
-        if line.strip() and not line.lstrip().startswith("#") and "=" in line:
-            key, _, value = line.partition("=")
-            out[key.strip()] = value.strip()
-    return out
+def request_appender(path: Path) -> tuple[str | None, str | None, str | None]:
+    """A log4j2 YAML file's ``kafka.request.logger``: (its level, its appender's pattern, its
+    appender's file), with ``${name}`` properties of the file resolved."""
+    doc = yaml.safe_load(path.read_text())["Configuration"]
+    props = {p["name"]: p["value"] for p in (doc.get("Properties") or {}).get("Property", [])}
+
+    def resolved(text):
+        return re.sub(r"\$\{([^:}]+)\}", lambda m: props.get(m.group(1), m.group(0)), text or "")
+
+    logger = next(
+        (x for x in doc["Loggers"].get("Logger", []) if x.get("name") == "kafka.request.logger"), {}
+    )
+    ref = (logger.get("AppenderRef") or {}).get("ref")
+    appender = next((a for a in doc["Appenders"].get("RollingFile", []) if a.get("name") == ref), {})
+    pattern = resolved((appender.get("PatternLayout") or {}).get("pattern"))
+    return logger.get("level"), pattern or None, appender.get("fileName")
 
 
 def mounts(service: dict) -> dict[str, str]:
@@ -403,18 +411,19 @@ def request_log_problems(doc: dict) -> list[str]:
     volume, and the enforcer follows that volume (under its --input) in that format."""
     services = doc["services"]
     kafka = services.get("kafka", {})
-    config = mounts(kafka).get("/mnt/shared/config/log4j.properties")
+    env = environment(kafka)
+    target = re.search(r"-Dlog4j2\.configurationFile=(\S+)", env.get("KAFKA_LOG4J_OPTS", ""))
+    config = mounts(kafka).get(target.group(1)) if target else None
     if config is None or not (COMPOSE_FILE.parent / config).is_file():
-        return ["kafka: no log4j.properties of docker/ mounted at /mnt/shared/config/log4j.properties"]
-    props = log4j(COMPOSE_FILE.parent / config)
-    level, _, appender = props.get("log4j.logger.kafka.request.logger", "").partition(",")
-    appender = appender.strip()
+        return ["kafka: no log4j2.yaml of docker/ mounted where KAFKA_LOG4J_OPTS names it"]
+    level, pattern, file_name = request_appender(COMPOSE_FILE.parent / config)
     problems = []
-    if level.strip() != "DEBUG" or not appender:
+    if level != "DEBUG" or not file_name:
         problems.append("kafka: kafka.request.logger is not at DEBUG with an appender of its own")
-    if props.get(f"log4j.appender.{appender}.layout.ConversionPattern") != "[%d] %p %m (%c)%n":
+    if pattern != "[%d] %p %m (%c)%n":
         problems.append("kafka: the request appender's pattern is not Kafka's [%d] %p %m (%c)%n")
-    folder = str(Path(props.get(f"log4j.appender.{appender}.File", "/")).parent)
+    folder = env.get("LOG_DIR", "/opt/kafka/logs") if "${sys:kafka.logs.dir}" in (file_name or "") else ""
+    folder = folder or str(Path(file_name or "/").parent)
     volume = mounts(kafka).get(folder)
     if volume is None or volume not in (doc.get("volumes") or {}):
         return [*problems, f"kafka: the request log's folder {folder} is on no named volume"]
@@ -660,8 +669,10 @@ BREAKAGES = [
             "volumes",
             ["kafka-data:/var/lib/kafka/data", "kafka-request-log:/var/log/kafka-requests"],
         ),
-        "no log4j.properties",
+        "no log4j2.yaml",
     ),
+    (request_log_problems, set_key("kafka", "environment.LOG_DIR", "/opt/kafka/logs"), "on no named volume"),
+    (request_log_problems, set_key("kafka", "environment.KAFKA_LOG4J_OPTS", "-Xmx1g"), "no log4j2.yaml"),
     (client_problems, set_key("steady", "environment.PIDQUOTA_KAFKA_SASL_PASSWORD", "x"), "not the broker's"),
     (
         client_problems,

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 
 class ConfluentProducer:
     """An idempotent librdkafka producer (``compression`` none, gzip, snappy, lz4 or zstd; ``pad``
@@ -50,3 +52,35 @@ class ConfluentProducer:
 
     def close(self) -> None:
         self.flush()
+
+
+class Record:
+    """The clients' own record of their inits: (ms, principal, producer id, epoch)."""
+
+    def __init__(self):
+        self.inits: list[tuple[int, str, int, int]] = []
+
+    def add(self, principal: str, pid: int | None, epoch: int = 0, at: int | None = None) -> None:
+        assert pid is not None and pid >= 0, f"{principal}'s client did not tell its producer id"
+        self.inits.append((at or int(time.time() * 1000), principal, pid, epoch))
+
+    def events(self) -> list[dict]:
+        return [
+            {"timestamp": t, "principal": u, "producer_id": p, "producer_epoch": e}
+            for t, u, p, e in self.inits
+        ]
+
+
+def kafka_python_loop(broker, record: Record, user: str, restarts: int, topic: str = "rl-traffic") -> None:
+    """A kafka-python crash loop as ``user`` on ``broker``'s SASL listener: ``restarts``
+    idempotent producers one after another, one record each, each PID in ``record``."""
+    from pidquota.store.kafka import producer
+    from pidquota.traffic.clients import kafka_python_pid
+
+    for _ in range(restarts):
+        at = int(time.time() * 1000)
+        p = producer(broker.sasl(user), linger_ms=0, client_id=f"{user}-app")
+        p.send(topic, value=b'{"n":1}')
+        p.flush()
+        record.add(f"User:{user}", kafka_python_pid(p), at=at)
+        p.close()

@@ -95,3 +95,24 @@ class Enforcer:
         finally:
             self.last_progress = query.recentProgress
         return {k: read_output(self.out, k) for k in ("decisions", "metrics", "dead-letters", "skipped")}
+
+
+def live_query(spark, folder: Path, out: Path, quotas: dict, trigger_ms: int = 500, **settings):
+    """The real query running on ``folder`` (followed in its format, as ``pidquota run`` without
+    ``--once``), into JSON-lines outputs under ``out``; the caller stops it."""
+    from pidquota.quota import StaticQuotas
+    from pidquota.streaming import query as q
+    from pidquota.streaming.outputs.sink import JsonlSink
+
+    config = load(overrides={"pidquota.spark.shuffle.partitions": "2", **settings}, environ={})
+    lines = q.file_source(
+        spark,
+        str(folder),
+        0,
+        str(out / "_ck"),
+        screen=config["pidquota.principal.max.length"],
+        fmt=q.input_format(config),
+        follow=q.follows(config),
+    )
+    frame = q.enforcer(lines, config, StaticQuotas(quotas))
+    return q.start(frame, JsonlSink(out), str(out / "_ck"), False, trigger_ms)

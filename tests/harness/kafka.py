@@ -213,7 +213,7 @@ def create(kafka, topic: str, partitions: int = 1) -> None:
 
 def read_committed(kafka, topic: str) -> list[str]:
     """Every value of ``topic`` as a read_committed consumer sees it, in partition order: read
-    by the Kafka source, which drops aborted transactions itself (Tansu does not)."""
+    by the Kafka source, which drops aborted transactions itself."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     rd = reader(kafka, topic, fetchTimeoutMs="5000")

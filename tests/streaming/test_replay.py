@@ -7,9 +7,8 @@ hour, plus rogue clients, are produced to one Kafka partition in event-time orde
 
 * A reads all of it, uninterrupted.
 * B lost its checkpoint at 2.5 h: it starts at the first offset at or after
-  2.5 h - W - W/4 (what ListOffsets by CreateTime returns on Kafka; Tansu looks
-  timestamps up by append time, so the test computes the offset from the produce
-  order) with ``--replay-until`` 2.5 h.
+  2.5 h - W - W/4 (what ListOffsets by CreateTime returns on Kafka; the test computes the
+  offset from the produce order, as it did on Tansu, which looked timestamps up by append time) with ``--replay-until`` 2.5 h.
 * C restarts naively at 2.5 h, from the first offset at or after it.
 
 From 2.5 h on, B must agree with A on at least 99% of verdicts and throttle no

@@ -1,4 +1,4 @@
-"""Real clients (traffic/clients.py, `pidquota clients`) against the Tansu broker: each
+"""Real clients (traffic/clients.py, `pidquota clients`) against Apache Kafka: each
 restart of a crash loop is granted a new producer id, a steady producer keeps one."""
 
 from pidquota.store.kafka import producer

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 from pidquota.store.kafka import client_kwargs, fetch_client
 
-MAX_RESPONSE = 128 << 20  # the largest Fetch response accepted (Tansu sends more than asked)
+MAX_RESPONSE = 128 << 20  # the largest Fetch response accepted (some brokers send more than asked)
 FETCH_WAIT_MS = 100  # how long the broker may hold a Fetch when there is no data yet
 
 

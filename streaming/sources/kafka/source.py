@@ -4,9 +4,10 @@ Spark's own Kafka connector is a JVM jar; this one is a Python data source.
 Offsets are ``{topic: {partition: offset}}`` (JSON keys are strings).
 
 End offsets are the larger of ListOffsets "latest" and the high watermark
-that a Fetch reports. On Kafka the two agree. Tansu, the broker the tests
-run, under-reports ListOffsets at the end of a multi-record batch while its
-high watermark is right, so this source reads exactly to the true end on both.
+that a Fetch reports. On Apache Kafka the two agree. Some Kafka-protocol brokers
+(Tansu, which the tests ran on before Apache Kafka) under-report ListOffsets at the end of a
+multi-record batch while their high watermark is right, so this source reads exactly to the
+true end on both.
 The driver asks both on one consumer that lives as long as the reader.
 
 Isolation (option ``kafka.isolation.level``) is read_committed by default, done from the
@@ -58,8 +59,8 @@ def _consumer(options: dict, **extra):
 
 def _driver_client(options: dict):
     """The driver's consumer: metadata, ListOffsets, and a Fetch at the end for the high
-    watermark. Such a Fetch is answered within 10 ms (a short long-poll; Tansu never answers
-    one of 0 ms) with one small batch at most. Incremental fetch sessions are off, so that every
+    watermark. Such a Fetch is answered within 10 ms (a short long-poll; some Kafka-protocol
+    brokers never answer one of 0 ms) with one small batch at most. Incremental fetch sessions are off, so that every
     Fetch names every partition and every answer carries its high watermark (in a session, a
     partition with nothing new may be left out of the answer)."""
     from kafka import KafkaConsumer

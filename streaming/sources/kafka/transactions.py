@@ -4,7 +4,8 @@ of each partition, found by the driver from record batch headers and control rec
 A broker does this for a ``read_committed`` consumer: it serves offsets only below the last
 stable offset (LSO), the first offset of the oldest transaction still open, and it lists the
 aborted transactions, so that the consumer drops their records. Some brokers do neither (the
-test broker, Tansu), so the Kafka source works both out itself, the same way:
+Kafka-protocol broker Tansu), so the Kafka source works both out itself, the same way; on
+Apache Kafka the tests prove it with real aborted transactions:
 
 - A transactional batch (attribute bit 4) opens, or continues, its producer's transaction.
 - A control batch (bit 5) holds one marker record, whose key is (version, type): type 0 is

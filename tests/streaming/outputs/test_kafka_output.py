@@ -1,9 +1,9 @@
-"""The run's Kafka outputs (streaming/outputs/kafka.py's KafkaOutput), against Tansu, without Spark.
+"""The run's Kafka outputs (streaming/outputs/kafka.py's KafkaOutput), against Apache Kafka, without Spark.
 
 Exactly once: each batch in one transaction, marked sent by a group offset committed in the
 same transaction; a replayed batch that was committed is not sent again, one that was not is
 sent again; a zombie is fenced. At least once: a replayed batch is sent twice. Topics are
-read back read_committed by the Kafka source (Tansu does not hide aborted records).
+read back read_committed by the Kafka source.
 """
 
 import json

@@ -1,7 +1,7 @@
-"""Kafka in and out, against a real Kafka-protocol broker (Tansu).
+"""Kafka in and out, against Apache Kafka.
 
-Tansu's ListOffsets "latest" under-reports the end of a multi-record batch.
-These tests produce with batching on, so they meet the quirk, and the source
+Some Kafka-protocol brokers (Tansu, which these tests ran on before) under-report ListOffsets
+"latest" at the end of a multi-record batch. These tests produce with batching on, so they would meet the quirk, and the source
 handles it by reading the Fetch high watermark (streaming/sources/kafka/source.py):
 the verdicts must still equal the file path's, record for record.
 """
@@ -30,7 +30,7 @@ def verdicts(out):
     return sorted(zip(d.principal, d.producer_id, d.timestamp, d.verdict, d.throttle_time_ms, strict=True))
 
 
-def test_end_offsets_are_exact_although_tansu_underreports_them(kafka):
+def test_end_offsets_are_exact_after_a_multi_record_batch(kafka):
     kafka.produce("quirk", [f"r{i}" for i in range(25)], partitions=1)  # one multi-record batch
     reader = KafkaStreamReader({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": "quirk"})
     assert reader.latestOffset(reader.initialOffset(), ReadAllAvailable()) == {"quirk": {"0": 25}}

@@ -1,9 +1,9 @@
 """The Kafka source's executor side (streaming/sources/kafka/fetch.py), without Spark.
 
 Reads go through ``KafkaStreamReader.partitions`` and ``read`` as Spark would
-call them, against Tansu; the decoder is also fed hand-built record batches.
-Tansu does not filter aborted transactions for read_committed consumers; the test of a
-range ending on a marker reads read_uncommitted, so aborted records are expected there
+call them, against Apache Kafka; the decoder is also fed hand-built record batches.
+The source's Fetch requests are read_uncommitted (it works read_committed out itself); the
+test of a range ending on a marker reads read_uncommitted, so aborted records are expected there
 (read_committed is tested in test_kafka_transactions.py).
 """
 

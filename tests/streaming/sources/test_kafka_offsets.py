@@ -1,5 +1,5 @@
 """The Kafka source's driver side (offsets, partitions, read limits) and the CLI's Kafka start-up
-check, against Tansu and without Spark: the reader is driven directly, as Spark's driver would.
+check, against Apache Kafka and without Spark: the reader is driven directly, as Spark's driver would.
 
 Issue 10, items 2-7.
 """
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def produce_to(kafka, topic: str, counts: list[int]) -> None:
     """Create ``topic`` with one partition per count; send ``counts[p]`` records to partition p,
-    batched (Tansu's ListOffsets under-reports the end of a multi-record batch)."""
+    batched (multi-record batches: some brokers under-report their end in ListOffsets)."""
     from kafka import KafkaProducer
 
     kafka.produce(topic, [], partitions=len(counts))
@@ -92,7 +92,7 @@ def test_other_negative_or_odd_starting_offsets_are_refused_naming_the_value(kaf
 
 class Retained:
     """The reader's own client, except that retention has deleted the first ``gone`` offsets
-    of every partition (Tansu cannot delete records; its beginning offsets are always 0)."""
+    of every partition (a stand-in kept from the Tansu days, which could not delete records)."""
 
     def __init__(self, real, gone: int):
         self.real, self.gone = real, gone

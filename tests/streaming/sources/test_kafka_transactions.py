@@ -1,8 +1,7 @@
 """read_committed from the log (streaming/sources/kafka/transactions.py), without Spark.
 
-Tansu does not hide aborted records from a read_committed Fetch, nor list the aborted
-transactions, so every test here would see aborted events if the source did not work them
-out itself. Reads go through ``KafkaStreamReader.latestOffset``, ``partitions`` and ``read``
+The source's Fetch requests are read_uncommitted: Apache Kafka hides nothing from them, so
+every test here would see aborted events if the source did not work them out itself. Reads go through ``KafkaStreamReader.latestOffset``, ``partitions`` and ``read``
 as Spark calls them.
 """
 

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from harness.clients import ConfluentProducer
+from harness.clients import ConfluentProducer, Record, kafka_python_loop
+from harness.enforcer import live_query
 from harness.kafka import ApacheKafka
 
 from pidquota.store.kafka import producer
@@ -81,33 +82,6 @@ def shape(line: str) -> tuple:
     )
 
 
-class Record:
-    """The clients' own record of their inits: (ms, principal, producer id, epoch)."""
-
-    def __init__(self):
-        self.inits: list[tuple[int, str, int, int]] = []
-
-    def add(self, principal: str, pid: int | None, epoch: int = 0, at: int | None = None) -> None:
-        assert pid is not None and pid >= 0, f"{principal}'s client did not tell its producer id"
-        self.inits.append((at or int(time.time() * 1000), principal, pid, epoch))
-
-    def events(self) -> list[dict]:
-        return [
-            {"timestamp": t, "principal": u, "producer_id": p, "producer_epoch": e}
-            for t, u, p, e in self.inits
-        ]
-
-
-def _kafka_python_loop(broker, record: Record, user: str, restarts: int) -> None:
-    for _ in range(restarts):
-        at = int(time.time() * 1000)
-        p = producer(broker.sasl(user), linger_ms=0, client_id=f"{user}-app")
-        p.send("rl-traffic", value=b'{"n":1}')
-        p.flush()
-        record.add(f"User:{user}", kafka_python_pid(p), at=at)
-        p.close()
-
-
 def _librdkafka_loop(broker, record: Record, user: str, restarts: int) -> None:
     for _ in range(restarts):
         at = int(time.time() * 1000)
@@ -151,9 +125,9 @@ def _transactional(broker, record: Record) -> None:
 
 def _refused(broker) -> None:
     """Inits an ACL refuses, so the broker logs ``producerId`` -1. With no ACL on the Cluster, a
-        resource with none is open to all (``allow.everyone.if.no.acl.found``) and IDEMPOTENT_WRITE
-        on it grants an idempotent init whatever the topics' ACLs: User:bob is denied both (error
-        31, CLUSTER_AUTHORIZATION_FAILED). User:carol may find its transactional.id's coordinator
+    resource with none is open to all (``allow.everyone.if.no.acl.found``) and IDEMPOTENT_WRITE
+    on it grants an idempotent init whatever the topics' ACLs: User:bob is denied both (error
+    31, CLUSTER_AUTHORIZATION_FAILED). User:carol may find its transactional.id's coordinator
     (DESCRIBE) but not write with it (error 53, TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an ACL on a
     resource ends ``allow.everyone`` there, so the DESCRIBE needs its own ALLOW."""
     from kafka.admin import ACL, ACLOperation, ACLPermissionType, ResourcePattern, ResourceType
@@ -207,21 +181,6 @@ def _enable_request_log(broker) -> dict:
         admin.close()
 
 
-def _live_query(spark, logs: Path, out: Path):
-    from pidquota.conf.loader import load
-    from pidquota.quota import StaticQuotas
-    from pidquota.streaming import query as q
-    from pidquota.streaming.outputs.sink import JsonlSink
-
-    config = load(overrides={"pidquota.spark.shuffle.partitions": "2", **FORMAT}, environ={})
-    lines = q.file_source(
-        spark, str(logs), 0, str(out / "_ck"), screen=config["pidquota.principal.max.length"],
-        fmt=q.input_format(config), follow=q.follows(config),
-    )  # fmt: skip
-    frame = q.enforcer(lines, config, StaticQuotas(QUOTAS))
-    return q.start(frame, JsonlSink(out), str(out / "_ck"), False, 500)
-
-
 def _verdicts(frame) -> list[tuple]:
     return sorted(map(tuple, frame[["principal", "producer_id", "verdict"]].itertuples(index=False)))
 
@@ -234,9 +193,9 @@ def test_the_real_request_log_followed_live_decides_as_the_clients_record(
     assert broker.request_log_lines() == []
     assert _enable_request_log(broker) == {"broker_logger": {"1": "OK"}}
 
-    query = _live_query(spark, broker.nodes[0].logs, tmp_path / "out")
+    query = live_query(spark, broker.nodes[0].logs, tmp_path / "out", QUOTAS, **FORMAT)
     try:
-        _kafka_python_loop(broker, record, "crash-loop", restarts=8)
+        kafka_python_loop(broker, record, "crash-loop", restarts=8)
         query.processAllAvailable()  # a batch while the clients still run
         _librdkafka_loop(broker, record, "per-batch", restarts=6)
         _steady(broker, record)
@@ -336,7 +295,7 @@ def test_the_init_only_filter_keeps_every_init_and_nothing_else(tmp_path):
     broker.start()
     try:
         record = Record()
-        _kafka_python_loop(broker, record, "crash-loop", restarts=5)
+        kafka_python_loop(broker, record, "crash-loop", restarts=5)
         _steady(broker, record)
         _transactional(broker, record)
         written = broker.nodes[0].request_log.read_text().splitlines()

@@ -1,0 +1,42 @@
+"""The run's last lines (cli/run.py ``_say_end``) from the sink's running totals, without Spark."""
+
+from argparse import Namespace
+from types import SimpleNamespace
+
+import pyarrow as pa
+
+from pidquota.cli.run import _say_end
+from pidquota.streaming.columns import OUTPUTS
+from pidquota.streaming.outputs.sink import BatchTotals
+
+
+def parts(principals: list[str]) -> dict[str, pa.Table]:
+    out = {name: pa.table({"x": pa.array([], pa.int64())}) for name in OUTPUTS}
+    out["decisions"] = pa.table({"principal": pa.array(principals, pa.string())})
+    out["skipped"] = pa.table({"what": pa.array([], pa.string()), "count": pa.array([], pa.int64())})
+    return out
+
+
+def end(totals: BatchTotals, capsys) -> str:
+    plan = SimpleNamespace(
+        demo=False, resumed=False, checkpoint="ck", config={"pidquota.mode": "enforce"}, out="o"
+    )
+    _say_end(Namespace(input="in", output="o"), plan, totals, None)
+    return capsys.readouterr().err
+
+
+def test_decisions_for_user_anonymous_are_named_with_the_fix(capsys):
+    totals = BatchTotals()
+    totals.batches = 2
+    totals.add(parts(["User:ANONYMOUS", "User:a", "User:ANONYMOUS"]))
+    totals.add(parts(["User:ANONYMOUS"]))
+    assert totals.anonymous == 3 and totals.rows["decisions"] == 4
+    err = end(totals, capsys)
+    assert "warning: 3 decisions are for User:ANONYMOUS" in err and "SASL or mTLS" in err
+
+
+def test_authenticated_principals_draw_no_such_warning(capsys):
+    totals = BatchTotals()
+    totals.batches = 1
+    totals.add(parts(["User:a", "User:anonymous-app"]))
+    assert totals.anonymous == 0 and "ANONYMOUS" not in end(totals, capsys)
