@@ -99,6 +99,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _die_with_parent() -> None:
+    """In the broker's process before Java starts: SIGTERM it when its parent dies (Linux's
+    PR_SET_PDEATHSIG), so that a test run or shell killed without its clean-up leaves no broker
+    behind. Its own session keeps a terminal's Ctrl-C for the parent, which stops it cleanly."""
+    import contextlib
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: the clean-up stops it, as before
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
@@ -253,8 +264,7 @@ class Cluster:
                 self.libs,
                 "kafka.tools.StorageTool",
                 "format",
-                "-t",
-                self.id,
+                f"--cluster-id={self.id}",  # one word: an id may begin with "-"
                 "-c",
                 str(config),
                 heap="256m",
@@ -283,7 +293,9 @@ class Cluster:
         cmd = java_cmd(libs, "kafka.Kafka", str(config), heap=self.heap, logs=node.logs, log4j2=self.log4j2)
         node.out_from = node.stdout.stat().st_size if node.stdout.exists() else 0
         with node.stdout.open("a") as out:
-            node.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            node.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent
+            )
         if wait:
             self.wait_started(node)
 
@@ -313,9 +325,18 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 self.kill(node)
 
-    def stop(self) -> None:
-        for node in self.nodes:
-            self.stop_node(node)
+    def stop(self, timeout_s: float = 15) -> None:
+        """Stop every node at once (one by one, the last voters wait for a quorum that is
+        gone); a node still running after ``timeout_s`` is killed."""
+        running = [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+        for node in running:
+            node.proc.terminate()
+        deadline = time.monotonic() + timeout_s
+        for node in running:
+            try:
+                node.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.kill(node)
 
 
 def main(argv: list[str] | None = None) -> int:

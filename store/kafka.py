@@ -5,6 +5,7 @@ traffic generator all use (so security settings apply everywhere)."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass
 
@@ -151,13 +152,36 @@ def security_options(config) -> dict:
     return out
 
 
+class _RefusedLogins(logging.Handler):
+    """The reason of the last SASL login a broker refused, as kafka-python logs it while it
+    connects: it retries until bootstrapping times out, and its error then says only that."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.reason: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "SaslAuthenticationFailed" in text:
+            self.reason = text.rpartition("Authentication failed")[2].lstrip(": ") or "refused"
+
+
 def _connected(kind, options: dict, defaults: dict, extra: dict):
     from kafka.errors import KafkaTimeoutError
 
     kwargs = {**defaults, **client_kwargs(options), **extra}
+    refused, kafka_log = _RefusedLogins(), logging.getLogger("kafka")
+    kafka_log.addHandler(refused)
     try:
         return kind(**kwargs)
     except KafkaTimeoutError:  # no broker answered: bootstrapping timed out
+        if refused.reason is not None:
+            raise KafkaError(
+                f"cannot connect to Kafka at {options['kafka.bootstrap.servers']}: the broker refused the "
+                f"{options.get('kafka.sasl.mechanism', 'SASL')} login of user "
+                f"{options.get('kafka.sasl.username')!r} ({refused.reason}); check "
+                "pidquota.kafka.sasl.username and PIDQUOTA_KAFKA_SASL_PASSWORD"
+            ) from None
         waited = kwargs.get(
             "bootstrap_timeout_ms", getattr(kind, "DEFAULT_CONFIG", {}).get("bootstrap_timeout_ms")
         )
@@ -170,6 +194,8 @@ def _connected(kind, options: dict, defaults: dict, extra: dict):
         raise KafkaError(
             f"cannot connect to Kafka at {options['kafka.bootstrap.servers']}: {type(exc).__name__}: {exc}"
         ) from None
+    finally:
+        kafka_log.removeHandler(refused)
 
 
 def producer(options: dict, **extra):

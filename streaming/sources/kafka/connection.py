@@ -34,7 +34,12 @@ class Connection:
         self._wait(cluster.add_topic(tp.topic))  # done at once when the topic is known
         node = cluster.leader_for_partition(tp)
         if node is None or node < 0:
-            self.refresh()
+            from kafka.errors import UnknownTopicOrPartitionError
+
+            try:
+                self.refresh()
+            except UnknownTopicOrPartitionError:
+                return None  # fresh metadata says so: the topic was deleted
             node = cluster.leader_for_partition(tp)
         if node is None and tp.partition not in (cluster.partitions_for_topic(tp.topic) or ()):
             return None

@@ -1,0 +1,59 @@
+"""Faults only a real broker shows, on Apache Kafka: wrong SASL credentials are one clear error
+at start-up, and a topic deleted under a running read is data loss that names it (or is
+skipped, with failOnDataLoss false), never a hang or a stack trace."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from harness.kafka import read_rows, reader
+
+from pidquota.store.kafka import KafkaError, check_topic
+
+
+def test_wrong_sasl_credentials_are_one_clear_error_without_the_password(kafka):
+    kafka.produce("sasl-checked", ["x"], partitions=1)
+    check_topic(kafka.sasl("alice"), "sasl-checked", 10_000)  # the right ones pass
+    wrong = {**kafka.sasl("alice"), "kafka.sasl.password": "not-alices-secret"}
+    t0 = time.monotonic()
+    with pytest.raises(KafkaError) as failed:
+        check_topic(wrong, "sasl-checked", 10_000)
+    message = str(failed.value)
+    assert time.monotonic() - t0 < 30
+    assert kafka.sasl_bootstrap in message and "refused the PLAIN login of user 'alice'" in message, message
+    assert "Invalid username or password" in message and "PIDQUOTA_KAFKA_SASL_PASSWORD" in message
+    assert "not-alices-secret" not in message and "\n" not in message
+
+
+def _delete(kafka, topic: str) -> None:
+    admin = kafka.admin()
+    try:
+        admin.delete_topics([topic])
+        for _ in range(100):  # until the metadata no longer has it
+            if topic not in admin.list_topics():
+                return
+            time.sleep(0.1)
+    finally:
+        admin.close()
+    raise AssertionError(f"{topic} was not deleted")
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_topic_deleted_mid_run_is_data_loss_that_names_it(kafka, fail_on_data_loss):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    topic = f"doomed-{fail_on_data_loss}"
+    kafka.produce(topic, [f"r{i}" for i in range(10)], partitions=1)
+    rd = reader(kafka, topic, failOnDataLoss=fail_on_data_loss, fetchTimeoutMs="10000")
+    try:
+        start = rd.initialOffset()
+        end = rd.latestOffset(start, ReadAllAvailable())  # planned: offsets 0..9
+        _delete(kafka, topic)
+        if fail_on_data_loss == "true":
+            with pytest.raises(KafkaError, match=rf"{topic}-0 no longer exists"):
+                read_rows(rd, topic, start[topic], end[topic])
+        else:
+            assert read_rows(rd, topic, start[topic], end[topic]) == []  # skipped, with a warning
+    finally:
+        rd.stop()
