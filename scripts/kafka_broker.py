@@ -368,6 +368,14 @@ def _run(args) -> int:
     cluster = Cluster(args.dir, kafka_version=args.version)
     node = cluster.nodes[0]
     node.port, node.sasl_port = args.port, args.sasl_port
+    for flag, port in (("--port", args.port), ("--sasl-port", args.sasl_port)):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                raise BrokerError(
+                    f"port {port} is in use (a broker already running?); pick another with {flag}"
+                ) from None
     if (node.workdir / "data" / "meta.properties").exists():
         cluster.libs = fetch(cluster.version)
         cluster.start_node(node)  # keep the data of the last run
