@@ -153,17 +153,24 @@ def security_options(config) -> dict:
 
 
 class _RefusedLogins(logging.Handler):
-    """The reason of the last SASL login a broker refused, as kafka-python logs it while it
-    connects: it retries until bootstrapping times out, and its error then says only that."""
+    """What kafka-python logs of SASL logins while it connects: it retries until bootstrapping
+    times out, and its error then says only that. A broker that refuses a login answers with
+    the reason and closes the connection; kafka-python sees the reason, or, when it reads the
+    close first, only the close right after it sent the credentials."""
 
     def __init__(self):
-        super().__init__(logging.WARNING)
+        super().__init__(logging.DEBUG)
         self.reason: str | None = None
+        self.logging_in = self.closed_in_login = False
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage()
         if "SaslAuthenticationFailed" in text:
             self.reason = text.rpartition("Authentication failed")[2].lstrip(": ") or "refused"
+        elif record.name.startswith("kafka.net.sasl"):
+            self.logging_in = True
+        elif self.logging_in and "disconnected" in text:
+            self.closed_in_login = True
 
 
 def _connected(kind, options: dict, defaults: dict, extra: dict):
@@ -175,11 +182,12 @@ def _connected(kind, options: dict, defaults: dict, extra: dict):
     try:
         return kind(**kwargs)
     except KafkaTimeoutError:  # no broker answered: bootstrapping timed out
-        if refused.reason is not None:
+        if refused.reason is not None or refused.closed_in_login:
+            how = f"refused the {options.get('kafka.sasl.mechanism', 'SASL')} login"
+            why = refused.reason or "it closed the connection at the login: a wrong user or password?"
             raise KafkaError(
-                f"cannot connect to Kafka at {options['kafka.bootstrap.servers']}: the broker refused the "
-                f"{options.get('kafka.sasl.mechanism', 'SASL')} login of user "
-                f"{options.get('kafka.sasl.username')!r} ({refused.reason}); check "
+                f"cannot connect to Kafka at {options['kafka.bootstrap.servers']}: the broker {how} of user "
+                f"{options.get('kafka.sasl.username')!r} ({why}); check "
                 "pidquota.kafka.sasl.username and PIDQUOTA_KAFKA_SASL_PASSWORD"
             ) from None
         waited = kwargs.get(

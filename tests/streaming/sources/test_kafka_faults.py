@@ -22,7 +22,10 @@ def test_wrong_sasl_credentials_are_one_clear_error_without_the_password(kafka):
     message = str(failed.value)
     assert time.monotonic() - t0 < 30
     assert kafka.sasl_bootstrap in message and "refused the PLAIN login of user 'alice'" in message, message
-    assert "Invalid username or password" in message and "PIDQUOTA_KAFKA_SASL_PASSWORD" in message
+    # kafka-python reads the broker's reason, or only its close, whichever comes first
+    assert ("Invalid username or password" in message or "wrong user or password" in message) and (
+        "PIDQUOTA_KAFKA_SASL_PASSWORD" in message
+    ), message
     assert "not-alices-secret" not in message and "\n" not in message
 
 
