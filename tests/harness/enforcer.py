@@ -72,6 +72,16 @@ class Enforcer:
             self.spark, str(self.input), max_files, ck, screen=self.screen, fmt=fmt, follow=follow
         )
 
+    def follow(self, folder: Path, trigger_ms: int = 500):
+        """The real query running on ``folder`` (followed in its format, as ``pidquota run``
+        without ``--once``), into this runner's outputs; the caller stops it."""
+        from pidquota.streaming import query as q
+        from pidquota.streaming.outputs.sink import JsonlSink
+
+        self.input = folder
+        output = q.enforcer(self._files(0), self.config, self.quotas)
+        return q.start(output, JsonlSink(self.out), str(self.out / "_ck"), False, trigger_ms)
+
     def run_kafka(self, url: str, kafka_out: dict | None = None) -> dict[str, pd.DataFrame]:
         """Everything available in a Kafka topic, like ``run --input kafka://... --once``."""
         from pidquota.store.kafka import KafkaUrl
@@ -95,24 +105,3 @@ class Enforcer:
         finally:
             self.last_progress = query.recentProgress
         return {k: read_output(self.out, k) for k in ("decisions", "metrics", "dead-letters", "skipped")}
-
-
-def live_query(spark, folder: Path, out: Path, quotas: dict, trigger_ms: int = 500, **settings):
-    """The real query running on ``folder`` (followed in its format, as ``pidquota run`` without
-    ``--once``), into JSON-lines outputs under ``out``; the caller stops it."""
-    from pidquota.quota import StaticQuotas
-    from pidquota.streaming import query as q
-    from pidquota.streaming.outputs.sink import JsonlSink
-
-    config = load(overrides={"pidquota.spark.shuffle.partitions": "2", **settings}, environ={})
-    lines = q.file_source(
-        spark,
-        str(folder),
-        0,
-        str(out / "_ck"),
-        screen=config["pidquota.principal.max.length"],
-        fmt=q.input_format(config),
-        follow=q.follows(config),
-    )
-    frame = q.enforcer(lines, config, StaticQuotas(quotas))
-    return q.start(frame, JsonlSink(out), str(out / "_ck"), False, trigger_ms)

@@ -90,10 +90,6 @@ class ApacheKafka:
     def sasl_bootstrap(self) -> str:
         return self.cluster.sasl_bootstrap
 
-    @property
-    def request_log(self) -> Path:
-        return self.nodes[0].request_log
-
     def sasl(self, user: str) -> dict:
         """pidquota's ``kafka.*`` client options for ``user`` on the SASL/PLAIN listener."""
         return {

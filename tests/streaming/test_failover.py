@@ -13,7 +13,6 @@ import json
 
 import pytest
 from harness.clients import Record, kafka_python_loop
-from harness.enforcer import live_query
 from harness.kafka import ApacheKafka
 
 from pidquota.streaming.outputs.reader import read_output
@@ -75,27 +74,22 @@ def _verdicts(frame) -> list[tuple]:
 def test_a_lost_leader_resets_no_throttle(cluster, spark, make_enforcer, tmp_path):
     create(cluster, "loop")
     record = Record()
-    query = live_query(
-        spark,
-        cluster.cluster.logs,
-        tmp_path / "out",
-        QUOTAS,
-        **{"pidquota.input.format": "kafka-request-log"},
-    )
+    live = make_enforcer(tmp_path / "live", QUOTAS, **{"pidquota.input.format": "kafka-request-log"})
+    query = live.follow(cluster.cluster.logs)
     try:
         kafka_python_loop(cluster, record, "crash-loop", restarts=6, topic="loop")
-        until_decided(query, tmp_path / "out", record)
+        until_decided(query, live.out, record)
         lost = leader(cluster, "loop")
         cluster.cluster.kill(lost)  # kill -9 the crash loop's partition leader, mid-run
         kafka_python_loop(cluster, record, "crash-loop", restarts=4, topic="loop")
-        until_decided(query, tmp_path / "out", record)
+        until_decided(query, live.out, record)
         cluster.cluster.start_node(lost)  # back, on its own storage
         kafka_python_loop(cluster, record, "crash-loop", restarts=2, topic="loop")
-        until_decided(query, tmp_path / "out", record)
+        until_decided(query, live.out, record)
     finally:
         query.stop()
 
-    got = read_output(tmp_path / "out", "decisions")
+    got = read_output(live.out, "decisions")
     expected = make_enforcer(tmp_path / "events", QUOTAS).run(record.events())
     assert _verdicts(got) == _verdicts(expected["decisions"])
     pids = [pid for _, _, pid, _ in record.inits]

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 from harness.clients import ConfluentProducer, Record, kafka_python_loop
-from harness.enforcer import live_query
 from harness.kafka import ApacheKafka
 
 from pidquota.store.kafka import producer
@@ -193,7 +192,8 @@ def test_the_real_request_log_followed_live_decides_as_the_clients_record(
     assert broker.request_log_lines() == []
     assert _enable_request_log(broker) == {"broker_logger": {"1": "OK"}}
 
-    query = live_query(spark, broker.nodes[0].logs, tmp_path / "out", QUOTAS, **FORMAT)
+    live = make_enforcer(tmp_path / "live", QUOTAS, **FORMAT)
+    query = live.follow(broker.nodes[0].logs)
     try:
         kafka_python_loop(broker, record, "crash-loop", restarts=8)
         query.processAllAvailable()  # a batch while the clients still run
@@ -207,7 +207,7 @@ def test_the_real_request_log_followed_live_decides_as_the_clients_record(
     finally:
         query.stop()
 
-    got = {k: read_output(tmp_path / "out", k) for k in ("decisions", "skipped", "dead-letters")}
+    got = {k: read_output(live.out, k) for k in ("decisions", "skipped", "dead-letters")}
     expected = make_enforcer(tmp_path / "events", QUOTAS).run(record.events())
     assert _verdicts(got["decisions"]) == _verdicts(expected["decisions"])
     verdicts = got["decisions"].groupby("principal").verdict.value_counts().to_dict()
