@@ -254,8 +254,95 @@ class Returning(Behaviour):
             self.next_cycle = start + active + idle
 
 
+class RollingDeploy(Behaviour):
+    """``producers`` long-lived instances, redeployed every ``deploy_ms`` (the first at a
+    random time within it): one after another, ``stagger_ms`` apart, each instance stops
+    and its successor starts with a new PID. Example: 10 producers, deploys every 3 h,
+    30 s apart: 10 new PIDs in 5 minutes every 3 hours, each PID living 3 hours."""
+
+    kind = "rolling-deploy"
+
+    def __init__(self, *args, **params):
+        super().__init__(*args, **params)
+        self.current: list[Segment] = []
+        self.next_deploy = self.origin + int(self.rng.integers(1, self.params["deploy_ms"] + 1))
+
+    def _start(self, cluster: Cluster, k: int, at: int, phase: int, partition: int) -> Segment:
+        pid, t = self._new_pid(cluster, at)
+        client = f"{self.principal[5:]}-{k}"
+        seg = Segment(pid, 0, t, FOREVER, self.params["period_ms"], phase, client, partition)
+        self.segments.append(seg)
+        return seg
+
+    def plan(self, a, b, cluster):
+        if not self.current and a == self.origin:
+            for k in range(self.params["producers"]):
+                phase = int(self.rng.integers(self.params["period_ms"]))
+                self.current.append(self._start(cluster, k, a, phase, self._partition(cluster)))
+        while self.next_deploy < b:
+            for k, old in enumerate(self.current):
+                at = max(old.start + 1, self.next_deploy + k * self.params["stagger_ms"])
+                old.end = at
+                self.current[k] = self._start(cluster, k, at, old.phase, old.partition)
+            self.next_deploy += self.params["deploy_ms"]
+
+
+class Autoscale(Behaviour):
+    """Instances that come and go: about ``producers`` at a time, each living between
+    ``min_life_ms`` and ``max_life_ms`` (log-uniform), started at random (Poisson, so
+    that as many start as stop). Each instance is a new PID. Example: 8 producers living
+    10 min to 3 h (mean about 63 min): about 7.6 new PIDs an hour."""
+
+    kind = "autoscale"
+
+    def __init__(self, *args, **params):
+        super().__init__(*args, **params)
+        self.next_start = self.origin
+        self.started = 0
+
+    def _life(self) -> int:
+        lo = self.params["min_life_ms"]
+        hi = max(lo, self.params["max_life_ms"])
+        return int(np.exp(self.rng.uniform(np.log(lo), np.log(hi))))
+
+    def _mean_life(self) -> float:
+        lo, hi = self.params["min_life_ms"], self.params["max_life_ms"]
+        return (hi - lo) / np.log(hi / lo) if hi > lo else float(lo)
+
+    def _start(self, cluster: Cluster, at: int, life: int) -> None:
+        pid, t = self._new_pid(cluster, at)
+        period = self.params["period_ms"]
+        client = f"{self.principal[5:]}-{self.started}"
+        self.started += 1
+        phase, partition = int(self.rng.integers(period)), self._partition(cluster)
+        self.segments.append(Segment(pid, 0, t, t + max(1, life), period, phase, client, partition))
+
+    def plan(self, a, b, cluster):
+        if a == self.origin and not self.started:  # the instances already up, part-way through their lives
+            for _ in range(self.params["producers"]):
+                self._start(cluster, a, int(self._life() * self.rng.uniform(0, 1)))
+            self.next_start = a + self._gap()
+        while self.next_start < b:
+            self._start(cluster, self.next_start, self._life())
+            self.next_start += self._gap()
+
+    def _gap(self) -> int:
+        return max(1, int(self.rng.exponential(self._mean_life() / self.params["producers"])))
+
+
 BEHAVIOURS = {
-    cls.kind: cls for cls in (Steady, CrashLoop, PerError, PerBatch, Transactional, Legacy, Returning)
+    cls.kind: cls
+    for cls in (
+        Steady,
+        CrashLoop,
+        PerError,
+        PerBatch,
+        Transactional,
+        Legacy,
+        Returning,
+        RollingDeploy,
+        Autoscale,
+    )
 }
 # Behaviours whose request rate --rate sets (the rest have rates of their own).
-WELL_BEHAVED = ("steady", "transactional", "legacy", "returning")
+WELL_BEHAVED = ("steady", "transactional", "legacy", "returning", "rolling-deploy", "autoscale")

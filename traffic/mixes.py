@@ -24,7 +24,38 @@ PARAMS: dict[str, dict[str, object]] = {
     "crash-loop": {"every_ms": 5_000, "period_ms": 1_000},
     "per-error": {"every_ms": 6_000, "period_ms": 500},
     "per-batch": {"every_ms": 2_000},
+    "rolling-deploy": {"producers": 10, "period_ms": None, "deploy_ms": 3 * 3_600_000, "stagger_ms": 30_000},
+    "autoscale": {
+        "producers": 8,
+        "period_ms": None,
+        "min_life_ms": 10 * 60_000,
+        "max_life_ms": 3 * 3_600_000,
+    },
 }
+
+
+def _fleet() -> dict[str, dict]:
+    """The "fleet" mix: users of every well-behaved kind, of several sizes, and floods."""
+    fleet: dict[str, dict] = {}
+    for n in (2, 3, 4, 5, 6, 8, 10, 12, 16, 20):
+        fleet[f"User:steady-{n}"] = {"behaviour": "steady", "producers": n}
+    for n, hours in ((3, 2), (4, 3), (6, 2), (8, 3), (10, 2), (12, 3), (16, 2), (24, 3)):
+        deploy = {"producers": n, "deploy_ms": hours * 3_600_000}
+        fleet[f"User:deploys-{n}"] = {"behaviour": "rolling-deploy", **deploy}
+    for n in (3, 4, 5, 6, 8, 10, 14, 20):
+        fleet[f"User:autoscale-{n}"] = {"behaviour": "autoscale", "producers": n}
+    for n in (2, 3, 5, 8):
+        fleet[f"User:txn-{n}"] = {"behaviour": "transactional", "producers": n}
+    fleet["User:returning-3"] = {"behaviour": "returning", "producers": 3}
+    fleet["User:returning-6"] = {"behaviour": "returning", "producers": 6}
+    fleet["User:legacy-a"] = {"behaviour": "legacy", "producers": 2}
+    fleet["User:legacy-b"] = {"behaviour": "legacy", "producers": 4}
+    fleet["User:crash-loop"] = {"behaviour": "crash-loop"}
+    fleet["User:crash-loop-slow"] = {"behaviour": "crash-loop", "every_ms": 20_000}
+    fleet["User:per-batch"] = {"behaviour": "per-batch"}
+    fleet["User:per-error"] = {"behaviour": "per-error"}
+    return fleet
+
 
 MIXES: dict[str, dict[str, dict]] = {
     # A cluster with its usual suspects: the four well-behaved kinds and three rogues.
@@ -38,6 +69,9 @@ MIXES: dict[str, dict[str, dict]] = {
         "User:legacy": {"behaviour": "legacy"},
         "User:returning": {"behaviour": "returning"},
     },
+    # A fleet of 34 well-behaved users of six kinds and four floods of three shapes, for
+    # pidquota recommend: it must tell the floods from the growth (4 hours show a deploy of each).
+    "fleet": _fleet(),
     # Only long-lived producers: nobody should ever be throttled.
     "steady": {
         "User:steady-orders": {"behaviour": "steady", "producers": 40},

@@ -139,3 +139,61 @@ def test_named_mixes_load():
     assert set(load_mix("default")) >= {"User:crash-loop", "User:txn-ledger"}
     with pytest.raises(Exception, match="neither a named mix"):
         load_mix("no-such-mix")
+
+
+def lives(events) -> dict[int, tuple[int, int]]:
+    """PID -> (first, last) sighting."""
+    out: dict[int, tuple[int, int]] = {}
+    for e in events:
+        first, last = out.get(e["producer_id"], (e["timestamp"], e["timestamp"]))
+        out[e["producer_id"]] = (min(first, e["timestamp"]), max(last, e["timestamp"]))
+    return out
+
+
+def run_one(spec: dict, hours: float, rate: float = 20) -> tuple[TrafficGenerator, list[dict]]:
+    mix = validate_mix({"User:x": spec}, "t")
+    gen = TrafficGenerator(seed=11, mix=mix, rate=rate)
+    return gen, [json.loads(x) for chunk in gen.chunks(int(hours * HOUR)) for x in chunk]
+
+
+def test_rolling_deploys_replace_every_producer_with_a_new_pid_every_deploy():
+    # 4 producers, a deploy every hour (the first within the first hour), 30 s apart: in 3 h,
+    # 3 deploys, so 4 x 4 PIDs; every instance but the first ones lives an hour, give or take
+    # the stagger, and 4 run at any time.
+    spec = {"behaviour": "rolling-deploy", "producers": 4, "deploy_ms": HOUR, "stagger_ms": 30_000}
+    gen, events = run_one(spec, 3)
+    life = lives(events)
+    assert len(life) == 16 and gen.summary()["principals"]["User:x"]["distinct_pids"] == 16
+    whole = sorted(last - first for first, last in life.values())
+    assert all(x >= HOUR - 60_000 for x in whole[8:12])  # the middle generations live an hour
+    at = events[len(events) // 2]["timestamp"]
+    alive = [p for p, (first, last) in life.items() if first <= at <= last + 10_000]
+    assert len(alive) == 4
+
+
+def test_autoscaled_instances_come_and_go_living_minutes_to_hours():
+    spec = {"behaviour": "autoscale", "producers": 8, "min_life_ms": 600_000, "max_life_ms": 3 * HOUR}
+    gen, events = run_one(spec, 6)
+    life = lives(events)
+    end = gen.start_ms + 6 * HOUR - 60_000
+    started_late = [first for first, _ in life.values() if first > gen.start_ms + 60_000]
+    whole = [last - first for first, last in life.values() if gen.start_ms + 60_000 < first and last < end]
+    # about 8 / 63 min a start: some 45 in 6 h, each living 10 min to 3 h (up to one period less)
+    assert 30 <= len(started_late) <= 70, len(started_late)
+    assert len(whole) >= 20
+    assert all(600_000 - 120_000 <= x <= 3 * HOUR for x in whole), sorted(whole)[:3]
+
+
+def test_the_fleet_mix_has_30_well_behaved_users_of_six_kinds_and_four_floods():
+    from pidquota.traffic.behaviours import WELL_BEHAVED
+
+    fleet = load_mix("fleet")
+    kinds = [spec["behaviour"] for spec in fleet.values()]
+    calm = [k for k in kinds if k in WELL_BEHAVED]
+    assert len(calm) >= 30 and len(set(calm)) == 6
+    assert sorted(k for k in kinds if k not in WELL_BEHAVED) == [
+        "crash-loop",
+        "crash-loop",
+        "per-batch",
+        "per-error",
+    ]
