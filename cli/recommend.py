@@ -10,6 +10,7 @@ from pidquota.cli import checkpoints, preflight
 from pidquota.cli.common import add_config_flags, add_input_flags, load_settings
 from pidquota.conf.errors import PidquotaError
 from pidquota.quota import QuotaSettings, StaticQuotas
+from pidquota.recommend.rules import DEFAULT_FLOOD_FACTOR, DEFAULT_SHORT_LIFE_S
 from pidquota.store.kafka import KafkaUrl
 
 
@@ -17,9 +18,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     rec = sub.add_parser(
         "recommend",
         help="suggest producer_ids_rate quotas from recorded traffic, and what-if candidate quotas",
-        description="Per user: new PIDs per window W (p50, p99, max), active PIDs and a suggested "
-        "producer_ids_rate; a suggested <default>; with --what-if, the throttles candidate quotas "
-        "would have caused. Nothing is applied.",
+        description="Per user: new PIDs per window W (p50, p99, max), active PIDs, how long its PIDs "
+        "live, whether it is a suspected flood, and a producer_ids_rate; a <default> from the users "
+        "that are not floods; then what the suggestion (or --what-if's quotas) would have throttled, "
+        "by the enforcer itself. Nothing is applied.",
     )
     rec.add_argument(
         "--input",
@@ -33,8 +35,23 @@ def add_parser(sub) -> argparse.ArgumentParser:
     rec.add_argument(
         "--what-if",
         metavar="SPEC|FILE",
-        help="candidate quotas, e.g. 'User:alice=50,bob=20,<default>=100' (bob is User:bob), "
-        "or a JSON quota file like conf/quotas.json",
+        help="candidate quotas to what-if instead of the suggestion, e.g. 'User:alice=50,bob=20,<default>=100' "
+        "(bob is User:bob), or a JSON quota file like conf/quotas.json",
+    )
+    rec.add_argument(
+        "--no-what-if", action="store_true", help="skip the what-if (a second pass over the input)"
+    )
+    rec.add_argument(
+        "--short-life",
+        metavar="SECONDS",
+        default=f"{DEFAULT_SHORT_LIFE_S:g}",
+        help="a PID living less is short-lived; a user most of whose PIDs are, and whose max is over "
+        "--flood-factor x the fleet median, is a suspected flood; > 0 (%(default)s)",
+    )
+    rec.add_argument(
+        "--flood-factor",
+        default=f"{DEFAULT_FLOOD_FACTOR:g}",
+        help="how far above the fleet's median max a suspected flood is; >= 1 (%(default)s)",
     )
     rec.add_argument(
         "--default-share",
@@ -47,8 +64,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
         metavar="FILE",
         nargs="?",
         const="-",
-        help="write a pidquota configs script (the <default>, and each user whose suggestion is above "
-        "it) to FILE, or to stdout (the table then goes to stderr); it applies nothing by itself",
+        help="write a pidquota configs script (the <default>, each user whose own quota is above it, and "
+        "each suspected flood, held at or under it) to FILE, or to stdout (the table then goes to stderr); "
+        "it applies nothing by itself",
     )
     add_input_flags(rec)
     add_config_flags(rec)
@@ -56,40 +74,74 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``pidquota recommend``: every flag is checked before the input is read."""
+    """``pidquota recommend``: every flag is checked before the input is read. Two passes:
+    the statistics, then the what-if of the suggestion made from them (or of --what-if)."""
+    from pidquota.recommend import job as recommend_job
     from pidquota.recommend import output
-    from pidquota.recommend import stats as rec
-    from pidquota.recommend.rules import check_headroom, check_share
 
-    headroom = _number_flag(args.headroom, "--headroom", check_headroom)
-    share = _number_flag(args.default_share, "--default-share", check_share)
-    quotas = None if args.what_if is None else _what_if_quotas(args.what_if)
+    choice = _choices(args)
     script = _script_target(args)
     config = load_settings(args)
     if args.input.startswith("kafka://"):
         KafkaUrl.parse(args.input)
     else:
         preflight.check_input(checkpoints.Source.of(args.input))
-    from pidquota.recommend import job as recommend_job
-
-    stats, summary = recommend_job.compute(args.input, config, quotas)
     settings = QuotaSettings.from_config(config)
-    slide_ms = rec.default_slide_ms(settings.window_ms, settings.layer_count)
-    basis = rec.Basis(settings.window_ms, slide_ms, headroom)
-    usage = rec.with_suggestions(stats, headroom)
-    default = rec.default_suggestion(usage, headroom, share)
-    what_if = None if quotas is None else rec.what_if_view(usage, summary, quotas)
-    if usage.empty:
+
+    def suggestion(stats):
+        return _plan(stats, choice).quotas()
+
+    what_if_quotas = None if args.no_what_if else (choice["quotas"] or suggestion)
+    stats, summary = recommend_job.compute(args.input, config, what_if_quotas, choice["short_life_ms"])
+    plan = _plan(stats, choice)
+    basis = _basis(settings, choice)
+    what_if = None
+    if summary is not None:
+        from pidquota.recommend.stats import what_if_view
+
+        what_if = what_if_view(plan.usage, summary, choice["quotas"] or plan.quotas())
+    if plan.usage.empty:
         print(f"pidquota: no idempotent producers (PID >= 0) in {args.input}", file=sys.stderr)
-    shown = (
-        output.to_json(usage, what_if, default, basis)
-        if args.json
-        else output.table(usage, what_if, default, basis)
-    )
+    shown = output.to_json(plan, basis, what_if) if args.json else output.table(plan, basis, what_if)
     print(shown, file=sys.stderr if script == "-" else sys.stdout)
     if script is not None:
-        _emit_configs(usage, default, script)
+        _emit_configs(plan, script)
     return 0
+
+
+def _choices(args: argparse.Namespace) -> dict:
+    """The numeric flags and --what-if's quotas, checked."""
+    from pidquota.recommend.rules import check_flood_factor, check_headroom, check_share, check_short_life
+
+    short_life = _number_flag(args.short_life, "--short-life", check_short_life)
+    if args.no_what_if and args.what_if is not None:
+        raise PidquotaError("--what-if and --no-what-if contradict each other; give one of them")
+    return {
+        "headroom": _number_flag(args.headroom, "--headroom", check_headroom),
+        "share": _number_flag(args.default_share, "--default-share", check_share),
+        "short_life_ms": max(1, round(short_life * 1000)),
+        "flood_factor": _number_flag(args.flood_factor, "--flood-factor", check_flood_factor),
+        "quotas": None if args.what_if is None else _what_if_quotas(args.what_if),
+    }
+
+
+def _plan(stats, choice: dict):
+    from pidquota.recommend import floods
+    from pidquota.recommend.stats import with_suggestions
+
+    usage = with_suggestions(stats, choice["headroom"])
+    return floods.plan(
+        usage, choice["headroom"], choice["share"], choice["short_life_ms"], choice["flood_factor"]
+    )
+
+
+def _basis(settings: QuotaSettings, choice: dict):
+    from pidquota.recommend import stats as rec
+
+    slide_ms = rec.default_slide_ms(settings.window_ms, settings.layer_count)
+    return rec.Basis(
+        settings.window_ms, slide_ms, choice["headroom"], choice["short_life_ms"], choice["flood_factor"]
+    )
 
 
 def _number_flag(text: str, flag: str, check) -> float:
@@ -124,13 +176,12 @@ def _script_target(args: argparse.Namespace) -> str | None:
     return target
 
 
-def _emit_configs(usage, default, target: str) -> None:
-    """The ``pidquota configs`` script: the <default>, and each user suggested above it."""
-    from pidquota.recommend.output import configs_script
+def _emit_configs(plan, target: str) -> None:
+    """The ``pidquota configs`` script: the <default>, each user with a quota of its own,
+    and each suspected flood, named with its evidence."""
+    from pidquota.recommend.output import plan_script
 
-    floor = 0 if default is None else default.rate
-    users = {r.principal: r.suggested for r in usage.itertuples() if r.suggested > floor}
-    script = configs_script(users, None if default is None else default.rate)
+    script = plan_script(plan)
     if target == "-":
         print(script, end="")
         return

@@ -10,10 +10,14 @@ statistics in Spark SQL, and the what-if by the enforcer itself.
   W after its previous one), their counts over the windows ``[k * slide,
   k * slide + W)`` that overlap each principal's span (empty ones count 0),
   exact p50 and p99 (Spark's ``percentile`` interpolates as numpy's
-  "linear"), the peak over every window start, and the distinct PIDs.
+  "linear"), the peak over every window start, the distinct PIDs, and the PID
+  lives of :func:`pidquota.recommend.stats.pid_lives` (per PID its first and last
+  sighting and distinct timestamps; judged against the input's span).
 * **What-if.** A second pass runs the real enforcer query
   (:func:`pidquota.streaming.query.enforcer`, ``--once``'s batching) with the candidate
-  quotas and writes its decisions to the temporary folder;
+  quotas, or with the quotas a function makes of the statistics (``recommend``'s own
+  suggestion, so the second pass starts after the first), and writes its decisions to the
+  temporary folder;
   :func:`pidquota.recommend.stats.what_if_summary` reads them. So the what-if of a
   quota file equals ``pidquota run --once`` with it.
 
@@ -31,15 +35,24 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from pidquota.quota import QuotaSettings, StaticQuotas
-from pidquota.recommend.stats import STATS_COLUMNS, default_slide_ms, what_if_summary
+from pidquota.recommend.stats import (
+    DEFAULT_SHORT_LIFE_MS,
+    LIFE_COLUMNS,
+    STATS_COLUMNS,
+    default_slide_ms,
+    what_if_summary,
+)
 from pidquota.store.kafka import KafkaUrl
 from pidquota.streaming import query as q
 from pidquota.streaming.outputs.reader import read_output
 
 
-def compute(input_path: str, config, quotas) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+def compute(
+    input_path: str, config, quotas, short_life_ms: int = DEFAULT_SHORT_LIFE_MS
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """``(stats, what_if or None)`` for the events at ``input_path``; ``quotas``: the candidate
-    ``{entity: rate}`` of --what-if, or None."""
+    ``{entity: rate}`` of --what-if, a function of the statistics that returns them, or
+    None (no what-if); ``short_life_ms``: L of the PID lives."""
     from pidquota.streaming.session import spark_session
 
     spark = spark_session(config)
@@ -48,12 +61,15 @@ def compute(input_path: str, config, quotas) -> tuple[pd.DataFrame, pd.DataFrame
     try:
         lines = _lines(spark, input_path, config, work / "events-checkpoint")
         _run(_events(lines, config["pidquota.principal.max.length"]), work / "events")
-        stats = stats_frame(spark.read.parquet(str(work / "events")), settings).toPandas()
+        events = spark.read.parquet(str(work / "events"))
+        stats = stats_frame(events, settings, short_life_ms).toPandas()[list(STATS_COLUMNS)]
+        if callable(quotas):
+            quotas = quotas(stats)
         what_if = None
         if quotas is not None:
             lines = _lines(spark, input_path, config, work / "what-if-checkpoint")
             what_if = what_if_summary(_enforce(lines, config, quotas, work / "what-if"))
-        return stats[list(STATS_COLUMNS)], what_if
+        return stats, what_if
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -104,7 +120,9 @@ def _enforce(lines: DataFrame, config, quotas, out: Path) -> pd.DataFrame:
     return read_output(out, "decisions")
 
 
-def stats_frame(events: DataFrame, settings: QuotaSettings) -> DataFrame:
+def stats_frame(
+    events: DataFrame, settings: QuotaSettings, short_life_ms: int = DEFAULT_SHORT_LIFE_MS
+) -> DataFrame:
     """:data:`STATS_COLUMNS` per principal from events (principal, producer_id, timestamp)."""
     w = settings.window_ms
     slide = default_slide_ms(w, settings.layer_count)
@@ -119,6 +137,7 @@ def stats_frame(events: DataFrame, settings: QuotaSettings) -> DataFrame:
         _percentiles(new, w, slide)
         .join(_peaks(new, w), "principal")
         .join(ev.groupBy("principal").agg(F.countDistinct("producer_id").alias("active_pids")), "principal")
+        .join(_lives(events, ev, short_life_ms), "principal")
         .select(*STATS_COLUMNS)
         .orderBy("principal")
     )
@@ -155,3 +174,26 @@ def _peaks(new: DataFrame, w: int) -> DataFrame:
     ahead = Window.partitionBy("principal").orderBy("timestamp").rangeBetween(0, w - 1)
     inside = new.withColumn("inside", F.count(F.lit(1)).over(ahead))
     return inside.groupBy("principal").agg(F.max("inside").cast("long").alias("max"))
+
+
+def _lives(events: DataFrame, ev: DataFrame, life: int) -> DataFrame:
+    """:func:`pidquota.recommend.stats.pid_lives`: per principal of ``ev`` (its sightings of PIDs
+    >= 0, one per timestamp), its PIDs judged against the span of all ``events``, those that
+    lived under ``life`` ms, and those seen at one timestamp (0 where none is judged)."""
+    span = events.agg(F.min("timestamp").alias("lo"), F.max("timestamp").alias("hi"))
+    per_pid = ev.groupBy("principal", "producer_id").agg(
+        F.min("timestamp").alias("first"), F.max("timestamp").alias("last"), F.count(F.lit(1)).alias("n")
+    )
+    judged = per_pid.crossJoin(span).where(
+        (F.col("first") + life <= F.col("hi")) & (F.col("last") >= F.col("lo") + life)
+    )
+    one = F.lit(1).cast("long")
+    zero = F.lit(0).cast("long")
+    counts = judged.groupBy("principal").agg(
+        F.count(F.lit(1)).alias("judged_pids"),
+        F.sum(F.when(F.col("last") - F.col("first") < life, one).otherwise(zero)).alias("short_lived_pids"),
+        F.sum(F.when(F.col("n") == 1, one).otherwise(zero)).alias("one_request_pids"),
+    )
+    columns = list(LIFE_COLUMNS[1:])
+    principals = ev.select("principal").distinct()
+    return principals.join(counts, "principal", "left").fillna(0, subset=columns)

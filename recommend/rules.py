@@ -139,3 +139,70 @@ def parse_what_if(text: str, origin: str = "--what-if") -> dict[str, float]:
             raise ConfigError(f"{origin} gives {entity!r} twice; give each user once")
         quotas[entity] = rate
     return quotas
+
+
+# -- floods told from growth ------------------------------------------------------------
+#
+# KIP-936 exists because a misbehaving client makes PIDs that live for seconds (a crash
+# loop's instance, a producer opened per batch or per error), while a growing or
+# redeployed application makes PIDs that live for minutes to hours. Sizing a user's
+# quota to its own history would legitimise a flood, so a *suspected flood* is held at
+# the <default> (or below) and every other user is sized to never be throttled.
+
+DEFAULT_SHORT_LIFE_S = 300
+"""A PID living under this (last sighting minus first) is *short-lived*. 300 s: a crash
+loop's, a per-error or a per-batch producer lives for seconds, while an autoscaler does
+not retire an instance it has just started (Kubernetes' horizontal pod autoscaler
+stabilises scale-down over 300 s by default) and a deployment's instances live hours."""
+
+DEFAULT_FLOOD_FACTOR = 10.0
+"""A user is *far above* the fleet when its peak exceeds this many times the fleet's
+median peak: an order of magnitude. One restart every 5 s is 720 new PIDs an hour; a
+well-behaved user's new PIDs per hour are about its instance count, and the spread of
+instance counts between most users of one cluster stays within a factor of ten."""
+
+SHORT_LIVED_MAJORITY = 0.5
+"""A user's PIDs are *mostly short-lived* when more than this share of its judged PIDs
+are: a deployment or an autoscaler's churn touches a minority of its PIDs."""
+
+
+def check_short_life(seconds: float) -> float:
+    """A finite short-life threshold > 0 seconds, or a :class:`ConfigError`."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
+        raise ConfigError(f"short life must be a number of seconds > 0, got {seconds!r}; e.g. 300")
+    return seconds
+
+
+def check_flood_factor(factor: float) -> float:
+    """A finite flood factor >= 1, or a :class:`ConfigError` (below 1 would flag users
+    under the fleet's median)."""
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 1 <= factor < math.inf:
+        raise ConfigError(f"flood factor must be a number >= 1, got {factor!r}; e.g. 10 for ten times")
+    return factor
+
+
+def growth_quota(suggested: int, peak: int) -> int:
+    """A well-behaved user's own quota: ``max(suggested, peak)``. At least its peak, so by
+    the theorem above it would never have been throttled; at least the p99 rule's
+    suggestion, so it keeps that room to grow. Example: suggested 15, peak 22 gives 22."""
+    return max(int(suggested), int(peak))
+
+
+def flood_quota(peak: int, default: int) -> int:
+    """A suspected flood's quota: ``max(1, min(default, floor(peak / 2)))``, never above the
+    ``<default>`` (no raise), and low enough that the flood is throttled.
+
+    **Theorem (a flood is throttled).** If some window ``[s, s + W)`` holds N >= 2R
+    first sightings of PIDs the enforcer does not remember, a quota R throttles at least
+    one of them. Proof: the bucket holds at most R at s and refills ``R * (W - 1 ms) / W``
+    by the window's last millisecond, so it admits fewer than 2R there; each PID it does
+    not admit on its first sighting is a THROTTLE. A flood's PIDs are brand new, so with
+    ``peak >= 2R`` it is throttled, short of Bloom false positives (a new PID taken for a
+    known one, with the filter's false-positive rate), which N - 2R + 1 of them would have
+    to be. With a flood factor >= 1 a flood's peak is above the fleet median (>= 1),
+    so ``peak >= 2`` and the ``max(1, ...)`` never lifts R above ``peak / 2``.
+
+    Example: peak 718 new PIDs per W and a <default> of 80 give 80 (718 >= 160); a
+    <default> of 500 gives 359.
+    """
+    return max(1, min(int(default), int(peak) // 2))

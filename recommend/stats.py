@@ -14,6 +14,8 @@ Per principal, with W the window (``producer.id.quota.window.size.seconds``):
    the number that decides throttling (:mod:`pidquota.recommend.rules`).
 4. :func:`window_stats` and :func:`with_suggestions`: p50 and p99 of the
    window counts, the peak as ``max``, active PIDs, the suggested quota.
+5. :func:`pid_lives`: how long its PIDs live, the evidence that tells a flood
+   from growth (:mod:`pidquota.recommend.floods` classifies and sets the quotas).
 
 Worked example, W = 60 s, slide 15 s, one principal with PID 1 at 0 s and
 70 s, PID 2 at 10 s and 20 s: new sightings are PID 1 at 0 s, PID 2 at 10 s
@@ -33,17 +35,43 @@ import pandas as pd
 
 from pidquota.quota.enforcer import THROTTLE
 from pidquota.quota.resolver import resolve
-from pidquota.recommend.rules import covered, suggest_default, suggest_rate
+from pidquota.recommend.rules import (
+    DEFAULT_FLOOD_FACTOR,
+    DEFAULT_SHORT_LIFE_S,
+    covered,
+    suggest_default,
+    suggest_rate,
+)
 
 NEW_COLUMNS = ("principal", "producer_id", "timestamp")
 COUNT_COLUMNS = ("principal", "window_start", "new_pids")
 PEAK_COLUMNS = ("principal", "peak")
 ACTIVE_COLUMNS = ("principal", "active_pids")
+LIFE_COLUMNS = ("principal", "judged_pids", "short_lived_pids", "one_request_pids")
+WINDOW_COLUMNS = ("principal", "p50", "p99", "max", "active_pids")
 # What the Spark job returns as its first frame, and :func:`reference_stats` computes.
-STATS_COLUMNS = ("principal", "p50", "p99", "max", "active_pids")
-USAGE_COLUMNS = (*STATS_COLUMNS, "suggested", "fits")
+STATS_COLUMNS = (*WINDOW_COLUMNS, *LIFE_COLUMNS[1:])
+# With the suggestions, and the classification of :mod:`pidquota.recommend.floods`.
+USAGE_COLUMNS = (
+    *STATS_COLUMNS,
+    "suggested",
+    "fits",
+    "short_lived",
+    "one_request",
+    "peak_ratio",
+    "flood",
+    "quota",
+)
 # What the Spark job returns as its second frame, and :func:`what_if_summary` computes.
-WHAT_IF_COLUMNS = ("principal", "throttles", "first_throttle_ms", "longest_throttle_ms")
+WHAT_IF_COLUMNS = (
+    "principal",
+    "throttles",
+    "throttled_pids",
+    "new_pids",
+    "first_throttle_ms",
+    "longest_throttle_ms",
+)
+DEFAULT_SHORT_LIFE_MS = DEFAULT_SHORT_LIFE_S * 1000
 PERCENTILE_METHOD = "linear"  # numpy's default: interpolate between the two nearest ranks
 
 
@@ -131,9 +159,32 @@ def active_pids(events: pd.DataFrame) -> pd.DataFrame:
     return out.astype({"active_pids": "int64"})
 
 
+def pid_lives(events: pd.DataFrame, short_life_ms: int = DEFAULT_SHORT_LIFE_MS) -> pd.DataFrame:
+    """:data:`LIFE_COLUMNS` per principal with PIDs >= 0, sorted by principal (0 where no
+    PID is judged). Example, L = 10 s, input from 0 s to 100 s: PID 1 seen at 20 s and
+    25 s is judged and short-lived; PID 2 seen at 20 s only is short-lived and one
+    request; PID 3 seen at 95 s only is not judged (first seen under L before the end)."""
+    span = events["timestamp"]
+    lo, hi = (int(span.min()), int(span.max())) if len(span) else (0, 0)
+    ev = events.loc[events["producer_id"] >= 0, ["principal", "producer_id", "timestamp"]].drop_duplicates()
+    per_pid = ev.groupby(["principal", "producer_id"], sort=False)["timestamp"].agg(["min", "max", "size"])
+    judged = per_pid[(per_pid["min"] + short_life_ms <= hi) & (per_pid["max"] >= lo + short_life_ms)]
+    flags = pd.DataFrame(
+        {
+            "judged_pids": 1,
+            "short_lived_pids": (judged["max"] - judged["min"] < short_life_ms).astype("int64"),
+            "one_request_pids": (judged["size"] == 1).astype("int64"),
+        },
+        index=judged.index,
+    )
+    names = pd.Index(sorted(per_pid.index.get_level_values("principal").unique()), name="principal")
+    counts = flags.groupby(level="principal").sum().reindex(names, fill_value=0)
+    return counts.reset_index().astype({c: "int64" for c in LIFE_COLUMNS[1:]})[list(LIFE_COLUMNS)]
+
+
 def window_stats(counts: pd.DataFrame, peak: pd.DataFrame, active: pd.DataFrame) -> pd.DataFrame:
     """p50 and p99 of each principal's window counts (numpy, method "linear"), its peak as
-    ``max``, and its active PIDs: the columns :data:`STATS_COLUMNS`, one row per principal
+    ``max``, and its active PIDs: the columns :data:`WINDOW_COLUMNS`, one row per principal
     with new sightings, sorted by principal."""
     rows = []
     for principal, group in counts.groupby("principal", sort=True):
@@ -141,14 +192,19 @@ def window_stats(counts: pd.DataFrame, peak: pd.DataFrame, active: pd.DataFrame)
         rows.append((principal, float(p50), float(p99)))
     pct = pd.DataFrame(rows, columns=["principal", "p50", "p99"])
     out = pct.merge(peak.rename(columns={"peak": "max"}), on="principal").merge(active, on="principal")
-    return out[list(STATS_COLUMNS)].reset_index(drop=True)
+    return out[list(WINDOW_COLUMNS)].reset_index(drop=True)
 
 
-def reference_stats(events: pd.DataFrame, window_ms: int, slide_ms: int) -> pd.DataFrame:
-    """Steps 1 to 4 on a frame of events (principal, producer_id, timestamp): what the Spark
+def reference_stats(
+    events: pd.DataFrame, window_ms: int, slide_ms: int, short_life_ms: int = DEFAULT_SHORT_LIFE_MS
+) -> pd.DataFrame:
+    """Steps 1 to 5 on a frame of events (principal, producer_id, timestamp): what the Spark
     job's first frame must equal."""
     new = new_sightings(events, window_ms)
-    return window_stats(window_counts(new, window_ms, slide_ms), peaks(new, window_ms), active_pids(events))
+    counts = window_counts(new, window_ms, slide_ms)
+    windows = window_stats(counts, peaks(new, window_ms), active_pids(events))
+    out = windows.merge(pid_lives(events, short_life_ms), on="principal")
+    return out[list(STATS_COLUMNS)].reset_index(drop=True)
 
 
 def with_suggestions(stats: pd.DataFrame, headroom: float) -> pd.DataFrame:
@@ -167,21 +223,25 @@ class Basis:
     window_ms: int
     slide_ms: int
     headroom: float
+    short_life_ms: int = DEFAULT_SHORT_LIFE_MS
+    flood_factor: float = DEFAULT_FLOOD_FACTOR
 
 
 @dataclass(frozen=True)
 class DefaultSuggestion:
     """The suggested ``<default>`` (:func:`pidquota.recommend.rules.suggest_default`).
 
-    ``share`` asked for; ``users`` in all; ``covered``: users whose max is at
-    most ``rate``, whom it would never have throttled (at least
-    ``ceil(share x users)`` when the headroom is >= 1).
+    ``share`` asked for; ``users`` it was drawn from (the users that are not
+    suspected floods, :mod:`pidquota.recommend.floods`); ``covered``: those of them
+    whose max is at most ``rate``, whom it would never have throttled (at least
+    ``ceil(share x users)`` when the headroom is >= 1); ``floods``: the users left out.
     """
 
     rate: int
     share: float
     users: int
     covered: int
+    floods: int = 0
 
 
 def default_suggestion(usage: pd.DataFrame, headroom: float, share: float) -> DefaultSuggestion | None:
@@ -196,18 +256,23 @@ def default_suggestion(usage: pd.DataFrame, headroom: float, share: float) -> De
 # The what-if. To be merged with observe/report_data.py's offenders table (another
 # branch), which computes these per user from the decisions too.
 def what_if_summary(decisions: pd.DataFrame) -> pd.DataFrame:
-    """Per principal in the decisions: throttles (THROTTLE rows), first_throttle_ms (the
-    earliest one's timestamp) and longest_throttle_ms (the largest throttle_time_ms); the
-    last two are null for a principal never throttled."""
+    """Per principal in the decisions: throttles (THROTTLE decisions), throttled_pids
+    (distinct PIDs with one or more), new_pids (distinct PIDs with a decision: the new
+    PIDs the enforcer judged), first_throttle_ms (the earliest throttle's timestamp) and
+    longest_throttle_ms (the largest throttle_time_ms); the last two are null for a
+    principal never throttled. Example: PID 7 throttled twice then admitted, PID 8
+    admitted: throttles 2, throttled_pids 1, new_pids 2."""
     throttled = decisions[decisions["verdict"] == THROTTLE]
     agg = throttled.groupby("principal").agg(
         throttles=("verdict", "size"),
+        throttled_pids=("producer_id", "nunique"),
         first_throttle_ms=("timestamp", "min"),
         longest_throttle_ms=("throttle_time_ms", "max"),
     )
-    names = pd.Index(sorted(decisions["principal"].unique()), name="principal")
-    out = agg.reindex(names).reset_index()
-    out["throttles"] = out["throttles"].fillna(0).astype("int64")
+    judged = decisions.groupby("principal")["producer_id"].nunique().rename("new_pids")
+    out = agg.reindex(judged.index).join(judged).rename_axis("principal").reset_index()
+    for column in ("throttles", "throttled_pids"):
+        out[column] = out[column].fillna(0).astype("int64")
     return out.astype({"first_throttle_ms": "Int64", "longest_throttle_ms": "Int64"})[list(WHAT_IF_COLUMNS)]
 
 
@@ -217,7 +282,8 @@ def what_if_view(usage: pd.DataFrame, summary: pd.DataFrame, quotas: Mapping[str
     view = usage[["principal"]].merge(summary, on="principal", how="left")
     rates = [resolve(quotas, p) for p in view["principal"]]
     view.insert(1, "quota", pd.Series(rates, index=view.index, dtype=object))
-    view["throttles"] = view["throttles"].fillna(0).astype("int64")
+    for column in ("throttles", "throttled_pids", "new_pids"):
+        view[column] = view[column].fillna(0).astype("int64")
     return view.astype({"first_throttle_ms": "Int64", "longest_throttle_ms": "Int64"})
 
 

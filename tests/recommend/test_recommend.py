@@ -14,7 +14,7 @@ import pytest
 
 from pidquota.cli.main import main
 from pidquota.quota import THROTTLE, PrincipalQuota, QuotaSettings
-from pidquota.recommend import output
+from pidquota.recommend import floods, output
 from pidquota.recommend import stats as rec
 
 W = 60_000  # a minute, so the examples read in seconds
@@ -81,7 +81,16 @@ def test_module_worked_example():
     assert counts["new_pids"].tolist() == [2, 2, 2, 2, 1, 1, 1, 1]
     stats = rec.reference_stats(ev, W, 15_000)
     assert stats.to_dict("records") == [
-        {"principal": "User:a", "p50": 1.5, "p99": 2.0, "max": 2, "active_pids": 2}
+        {
+            "principal": "User:a",
+            "p50": 1.5,
+            "p99": 2.0,
+            "max": 2,
+            "active_pids": 2,
+            "judged_pids": 0,  # 70 s of input: no PID could have shown a life of 300 s
+            "short_lived_pids": 0,
+            "one_request_pids": 0,
+        }
     ]
     assert rec.with_suggestions(stats, 2)["suggested"].tolist() == [4]
 
@@ -264,35 +273,59 @@ def test_what_if_summary_by_hand():
     a, b = s.to_dict("records")
     assert a == {
         "principal": "User:a",
-        "throttles": 3,
+        "throttles": 3,  # decisions
+        "throttled_pids": 2,  # PIDs 2 and 3
+        "new_pids": 3,  # PIDs 1, 2 and 3 were judged
         "first_throttle_ms": 1500,
         "longest_throttle_ms": 9000,
     }
-    assert b["principal"] == "User:b" and b["throttles"] == 0
+    assert b["principal"] == "User:b" and b["throttles"] == 0 and b["throttled_pids"] == 0
+    assert b["new_pids"] == 1
     assert pd.isna(b["first_throttle_ms"]) and pd.isna(b["longest_throttle_ms"])
 
 
-def sample_usage() -> pd.DataFrame:
-    stats = pd.DataFrame(
+SAMPLE_SUMMARY = [
+    ("User:crash-loop", 12, 5, 650, 1_767_225_605_250, 36_000),
+    ("User:steady", 0, 0, 40, None, None),
+]
+
+
+def sample_stats() -> pd.DataFrame:
+    """Three users: steady and o'neil long-lived, crash-loop short-lived and far above them."""
+    return pd.DataFrame(
         [
-            ("User:steady", 1.0, 1.0, 1, 40),
-            ("User:crash-loop", 60.0, 70.5, 150, 700),
-            ("User:o'neil two", 2.0, 3.2, 4, 9),
+            ("User:steady", 1.0, 1.0, 1, 40, 40, 0, 0),
+            ("User:crash-loop", 60.0, 70.5, 150, 700, 650, 640, 0),
+            ("User:o'neil two", 2.0, 3.2, 4, 9, 9, 0, 0),
         ],
         columns=list(rec.STATS_COLUMNS),
     )
-    return rec.with_suggestions(stats, 2.0)
+
+
+def sample_usage() -> pd.DataFrame:
+    return rec.with_suggestions(sample_stats(), 2.0)
+
+
+def sample_plan(share: float = 0.6, headroom: float = 2.0) -> floods.Plan:
+    usage = rec.with_suggestions(sample_stats(), headroom)
+    return floods.plan(usage, headroom, share, rec.DEFAULT_SHORT_LIFE_MS, 10.0)
+
+
+def sample_summary() -> pd.DataFrame:
+    frame = pd.DataFrame(SAMPLE_SUMMARY, columns=list(rec.WHAT_IF_COLUMNS))
+    return frame.astype({"first_throttle_ms": "Int64", "longest_throttle_ms": "Int64"})
 
 
 def test_what_if_view_resolves_quotas_like_the_enforcer():
     usage = sample_usage()
-    summary = pd.DataFrame(
-        [("User:crash-loop", 12, 1_767_225_605_250, 36_000)], columns=list(rec.WHAT_IF_COLUMNS)
-    )
-    view = rec.what_if_view(usage, summary, {"User:crash-loop": 60}).set_index("principal")
+    view = rec.what_if_view(usage, sample_summary(), {"User:crash-loop": 60}).set_index("principal")
     assert view.loc["User:crash-loop", "quota"] == 60 and view.loc["User:crash-loop", "throttles"] == 12
+    assert (
+        view.loc["User:crash-loop", "throttled_pids"] == 5 and view.loc["User:crash-loop", "new_pids"] == 650
+    )
     assert view.loc["User:steady", "quota"] is None and view.loc["User:steady", "throttles"] == 0
-    view = rec.what_if_view(usage, summary, {"<default>": 5}).set_index("principal")
+    assert view.loc["User:o'neil two", "new_pids"] == 0  # no row in the summary
+    view = rec.what_if_view(usage, sample_summary(), {"<default>": 5}).set_index("principal")
     assert view.loc["User:steady", "quota"] == 5
 
 
@@ -300,80 +333,147 @@ def test_what_if_view_resolves_quotas_like_the_enforcer():
 
 
 def rendered_parts():
-    usage = sample_usage()
-    summary = pd.DataFrame(
-        [("User:crash-loop", 12, 1_767_225_605_250, 36_000)], columns=list(rec.WHAT_IF_COLUMNS)
-    ).astype({"first_throttle_ms": "Int64", "longest_throttle_ms": "Int64"})
-    what_if = rec.what_if_view(usage, summary, {"User:crash-loop": 60, "<default>": 5})
-    default = rec.default_suggestion(usage, 2.0, 0.6)
-    return usage, what_if, default, rec.Basis(3_600_000, 900_000, 2.0)
+    plan = sample_plan()
+    what_if = rec.what_if_view(plan.usage, sample_summary(), {"User:crash-loop": 60, "<default>": 5})
+    return plan, what_if, rec.Basis(3_600_000, 900_000, 2.0)
 
 
-def test_suggestions_and_default_of_the_sample():
-    usage, _, default, _ = rendered_parts()
-    assert usage.set_index("principal")["suggested"].to_dict() == {
-        "User:steady": 2,
-        "User:crash-loop": 141,
-        "User:o'neil two": 7,
+def test_suggestions_floods_and_default_of_the_sample():
+    plan, _, _ = rendered_parts()
+    by_user = plan.usage.set_index("principal")
+    assert by_user["suggested"].to_dict() == {"User:steady": 2, "User:crash-loop": 141, "User:o'neil two": 7}
+    # crash-loop: 640 of 650 PIDs short-lived, max 150 > 10 x median(1, 4) = 25
+    assert by_user["flood"].to_dict() == {
+        "User:steady": False,
+        "User:crash-loop": True,
+        "User:o'neil two": False,
     }
-    assert usage.set_index("principal")["fits"].to_dict() == {
-        "User:steady": True,
-        "User:crash-loop": False,
-        "User:o'neil two": True,
-    }
-    # max x 2 = 2, 8, 300; k = ceil(0.6 x 3) = 2 -> 8, which covers steady and o'neil
-    assert default == rec.DefaultSuggestion(rate=8, share=0.6, users=3, covered=2)
+    assert plan.fleet.median_peak == 2.5 and by_user.loc["User:crash-loop", "peak_ratio"] == 60
+    # the default from steady and o'neil only: max x 2 = 2, 8; k = ceil(0.6 x 2) = 2 -> 8
+    assert plan.default == rec.DefaultSuggestion(rate=8, share=0.6, users=2, covered=2, floods=1)
+    # crash-loop is held at min(8, 150 // 2); o'neil's own max(7, 4) = 7 is under the default
+    assert plan.quotas() == {"<default>": 8, "User:crash-loop": 8}
 
 
 def test_table_without_what_if():
-    usage, _, default, basis = rendered_parts()
-    lines = output.table(usage, default=default, basis=basis).splitlines()
-    assert lines[0].split() == ["principal", "p50/W", "p99/W", "max/W", "active", "PIDs", "suggested"]
+    plan, _, basis = rendered_parts()
+    lines = output.table(plan, basis).splitlines()
+    assert re.split(r"\s{2,}", lines[0]) == [
+        "principal",
+        "p50/W",
+        "p99/W",
+        "max/W",
+        "active PIDs",
+        "short-lived",
+        "1 request",
+        "x median",
+        "suggested",
+    ]
     assert [line.split()[0] for line in lines[1:4]] == ["User:crash-loop", "User:o'neil", "User:steady"]
-    assert lines[1].split()[1:] == ["60.00", "70.50", "150", "700", "141", "*"]
-    assert lines[2].split()[2:] == ["2.00", "3.20", "4", "9", "7"]
-    assert len({len(line) for line in lines[1:4]}) <= 2  # aligned (a '*' may end a row)
+    assert lines[1].split()[1:] == ["60.00", "70.50", "150", "700", "98%", "0%", "60.0x", "8", "FLOOD"]
+    assert lines[2].split()[2:] == ["2.00", "3.20", "4", "9", "0%", "0%", "1.6x", "<default>"]
+    assert len({len(line) for line in lines[1:4]}) == 1  # aligned
     text = "\n".join(lines)
     assert "W = 3600 s" in text and "every 900 s" in text and "linear" in text
-    assert "suggested = max(1, ceil(p99 x headroom)), headroom 2." in text
-    assert "* max/W is above the suggestion" in text
-    assert "Suggested <default>: 8 (" in text and "2 of 3 users have max/W <= 8" in text
+    assert "lived under 300 s" in text and "fleet median 2.5" in text
+    assert "Suspected floods (1):" in text
+    assert (
+        "  User:crash-loop: 98% of 650 PIDs lived under 300 s, 0% in one request; peak 150 new PIDs per W, "
+        "60.0x the fleet median 2.5; quota 8" in lines
+    )
+    assert "Suggested <default>: 8 (" in text and "from the 2 users that are not suspected floods" in text
+    assert "2 of them have max/W <= 8" in text
     assert lines[-1] == "Nothing was applied."
 
 
+def test_table_says_when_no_life_could_be_judged():
+    stats = sample_stats().assign(judged_pids=0, short_lived_pids=0)
+    usage = rec.with_suggestions(stats, 2.0)
+    plan = floods.plan(usage, 2.0, 0.9, rec.DEFAULT_SHORT_LIFE_MS, 10.0)
+    assert not plan.usage["flood"].any() and plan.fleet.judged is False
+    text = output.table(plan)
+    assert "No PID's life could be judged (the input must span more than 2 x 300 s" in text
+    assert "No user is a suspected flood." in text
+
+
 def test_table_with_what_if():
-    usage, what_if, default, basis = rendered_parts()
-    lines = output.table(usage, what_if, default, basis).splitlines()
-    assert re.split(r"\s{2,}", lines[0])[-4:] == [
+    plan, what_if, basis = rendered_parts()
+    lines = output.table(plan, basis, what_if).splitlines()
+    assert re.split(r"\s{2,}", lines[0])[-5:] == [
         "quota",
         "throttles",
+        "throttled/new PIDs",
         "first throttle (UTC)",
         "longest throttle (s)",
     ]
-    assert lines[1].endswith("60         12  2026-01-01 00:00:05.250                36.000")
-    assert lines[3].split()[-4:] == ["5", "0", "-", "-"]
+    assert lines[1].endswith(
+        "60         12               5/650  2026-01-01 00:00:05.250                36.000"
+    )
+    assert lines[3].split()[-5:] == ["5", "0", "0/40", "-", "-"]
+    assert "It throttles 1 of 1 suspected floods and 0 other users." in lines
 
 
 def test_json_is_one_document_with_stable_keys():
-    usage, what_if, default, basis = rendered_parts()
-    doc = json.loads(output.to_json(usage, what_if, default, basis))
+    plan, what_if, basis = rendered_parts()
+    doc = json.loads(output.to_json(plan, basis, what_if))
     assert doc["applied"] is False
-    assert doc["basis"] == {"window_ms": 3_600_000, "slide_ms": 900_000, "headroom": 2.0}
-    assert doc["default"] == {"rate": 8, "share": 0.6, "users": 3, "covered": 2}
+    assert doc["basis"] == {
+        "window_ms": 3_600_000,
+        "slide_ms": 900_000,
+        "headroom": 2.0,
+        "short_life_ms": 300_000,
+        "flood_factor": 10.0,
+    }
+    assert doc["default"] == {"rate": 8, "share": 0.6, "users": 2, "covered": 2, "floods": 1}
+    assert doc["fleet"] == {
+        "short_life_ms": 300_000,
+        "flood_factor": 10.0,
+        "median_peak": 2.5,
+        "judged": True,
+    }
+    assert doc["floods"] == [
+        {
+            "principal": "User:crash-loop",
+            "quota": 8,
+            "evidence": "98% of 650 PIDs lived under 300 s, 0% in one request; peak 150 new PIDs per W, "
+            "60.0x the fleet median 2.5",
+        }
+    ]
+    assert set(doc["rules"]) == {"suggested", "default", "percentiles", "flood", "quota"}
     assert [u["principal"] for u in doc["users"]] == ["User:crash-loop", "User:o'neil two", "User:steady"]
     assert {frozenset(u) for u in doc["users"]} == {frozenset([*rec.USAGE_COLUMNS, "what_if"])}
     crash = doc["users"][0]
     assert crash["suggested"] == 141 and crash["fits"] is False and crash["p99"] == 70.5
+    assert crash["flood"] is True and crash["quota"] == 8 and crash["short_lived"] == 640 / 650
     assert crash["what_if"] == {
         "quota": 60,
         "throttles": 12,
+        "throttled_pids": 5,
+        "new_pids": 650,
         "first_throttle_ms": 1_767_225_605_250,
         "first_throttle_utc": "2026-01-01 00:00:05.250",
         "longest_throttle_ms": 36_000,
     }
-    assert doc["users"][2]["what_if"]["first_throttle_ms"] is None
-    plain = json.loads(output.to_json(usage))
-    assert plain["default"] is None and all(u["what_if"] is None for u in plain["users"])
+    assert doc["users"][2]["what_if"]["first_throttle_ms"] is None and doc["users"][2]["quota"] is None
+    plain = json.loads(output.to_json(plan))
+    assert plain["basis"] is None and all(u["what_if"] is None for u in plain["users"])
+
+
+def test_the_plan_script_names_each_flood_with_its_evidence():
+    script = output.plan_script(sample_plan())
+    lines = script.splitlines()
+    alter = 'pidquota configs "$@" --alter --entity-type users'
+    assert lines[-3:] == [
+        f"{alter} --entity-default --add-config producer_ids_rate=8",
+        "# User:crash-loop: suspected flood, held at 8 (no raise): 98% of 650 PIDs lived under 300 s, "
+        "0% in one request; peak 150 new PIDs per W, 60.0x the fleet median 2.5",
+        f"{alter} --entity-name User:crash-loop --add-config producer_ids_rate=8",
+    ]
+
+
+def test_a_comment_cannot_end_early():
+    script = output.configs_script({"User:a\nrm -rf x": 3}, None, comments={"User:a\nrm -rf x": "flood"})
+    assert "# User:a?rm -rf x: flood" in script.splitlines()
 
 
 def test_configs_script_lines():
@@ -445,16 +545,16 @@ def input_file(tmp_path):
 
 @pytest.fixture
 def computed(monkeypatch):
-    """``recommend_job.compute`` replaced: records its arguments, returns the sample's frames."""
+    """``recommend_job.compute`` replaced: records its arguments (a function of the statistics
+    given as the quotas is called with them, as the job does, and its result recorded), returns
+    the sample's frames."""
     calls = []
 
-    def compute(input_path, config, quotas):
-        calls.append((input_path, config, quotas))
-        stats = sample_usage()[list(rec.STATS_COLUMNS)]
-        summary = pd.DataFrame(
-            [("User:crash-loop", 12, 1_767_225_605_250, 36_000)], columns=list(rec.WHAT_IF_COLUMNS)
-        )
-        return stats, (summary if quotas is not None else None)
+    def compute(input_path, config, quotas, short_life_ms=rec.DEFAULT_SHORT_LIFE_MS):
+        stats = sample_stats()
+        asked = quotas(stats) if callable(quotas) else quotas
+        calls.append((input_path, config, asked, short_life_ms, callable(quotas)))
+        return stats, (sample_summary() if quotas is not None else None)
 
     monkeypatch.setattr("pidquota.recommend.job.compute", compute)
     return calls
@@ -468,6 +568,10 @@ def computed(monkeypatch):
         (["--headroom", "inf"], "--headroom: headroom must be a number > 0, got inf"),
         (["--default-share", "1.5"], r"--default-share: share of users must be in (0, 1], got 1.5"),
         (["--default-share", "0"], r"--default-share: share of users must be in (0, 1], got 0.0"),
+        (["--short-life", "0"], "--short-life: short life must be a number of seconds > 0, got 0.0"),
+        (["--short-life", "5m"], "--short-life '5m' is not a number"),
+        (["--flood-factor", "0.5"], "--flood-factor: flood factor must be a number >= 1, got 0.5"),
+        (["--what-if", "a=1", "--no-what-if"], "--what-if and --no-what-if contradict each other"),
         (["--what-if", "Group:x=1"], "--what-if: user entity name 'Group:x' names a 'Group' principal"),
         (["--what-if", "User:a=0"], "--what-if: producer_ids_rate for 'User:a' must be a positive number"),
         (["--what-if", "/no/such/quotas.json"], "cannot read quota file '/no/such/quotas.json'"),
@@ -497,27 +601,44 @@ def test_bad_input_is_refused_before_reading(given, message, computed, capsys):
     assert computed == []
 
 
-def test_recommend_prints_the_table(input_file, computed, capsys):
+def test_recommend_prints_the_table_and_the_what_if_of_its_own_suggestion(input_file, computed, capsys):
     assert main(["recommend", "--input", str(input_file)]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[1].startswith("User:crash-loop")
-    assert "Suggested <default>: 300 (" in out  # share 0.9 of 3 users: k = 3, 150 x 2
-    path, config, quotas = computed[0]
-    assert path == str(input_file) and quotas is None
+    # share 0.9 of the 2 users that are not floods: k = 2, 4 x 2 = 8 (crash-loop's 150 left out)
+    assert "Suggested <default>: 8 (" in out
+    path, config, quotas, short_life_ms, deferred = computed[0]
+    assert path == str(input_file) and short_life_ms == 300_000
+    assert deferred and quotas == {"<default>": 8, "User:crash-loop": 8}  # made from the statistics
     assert config["producer.id.quota.window.size.seconds"] == 3600
+    assert "It throttles 1 of 1 suspected floods and 0 other users." in out
+
+
+def test_recommend_without_what_if(input_file, computed, capsys):
+    flags = ["--no-what-if", "--short-life", "60", "--flood-factor", "100"]
+    assert main(["recommend", "--input", str(input_file), *flags]) == 0
+    out = capsys.readouterr().out
+    assert computed[0][2] is None and computed[0][3] == 60_000
+    assert "throttles" not in out.splitlines()[0]
+    assert "No user is a suspected flood." in out  # 150 is not over 100 x 2.5
+    assert "Suggested <default>: 300 (" in out
 
 
 def test_recommend_what_if_spec_and_headroom(input_file, computed, capsys):
     flags = ["--what-if", "crash-loop=60,<default>=5", "--headroom", "3", "--default-share", "0.5", "--json"]
     assert main(["recommend", "--input", str(input_file), *flags]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert computed[0][2] == {"User:crash-loop": 60, "<default>": 5}
-    assert doc["basis"]["headroom"] == 3.0 and doc["default"]["rate"] == 12  # k = 2: max 4 x 3
-    crash = doc["users"][0]
+    assert computed[0][2] == {"User:crash-loop": 60, "<default>": 5} and not computed[0][4]
+    # the default from steady (3) and o'neil (12): k = ceil(0.5 x 2) = 1 -> 3
+    assert doc["basis"]["headroom"] == 3.0 and doc["default"]["rate"] == 3
+    crash, oneil, steady = doc["users"]
     assert crash["suggested"] == 212 and crash["what_if"]["throttles"] == 12  # ceil(70.5 x 3)
-    assert doc["users"][2]["what_if"] == {
+    assert crash["quota"] == 3 and oneil["quota"] == 10  # held at the default; max(ceil(9.6), 4)
+    assert steady["what_if"] == {
         "quota": 5,
         "throttles": 0,
+        "throttled_pids": 0,
+        "new_pids": 40,
         "first_throttle_ms": None,
         "first_throttle_utc": None,
         "longest_throttle_ms": None,
@@ -534,11 +655,13 @@ def test_recommend_emits_the_configs_script_to_stdout_and_the_table_to_stderr(in
     assert main(["recommend", "--input", str(input_file), "--emit-configs", "--default-share", "0.6"]) == 0
     captured = capsys.readouterr()
     assert captured.out.startswith("#!/bin/sh\n")
-    # the <default> (8), and the one user suggested above it
-    assert captured.out.splitlines()[-2:] == [
+    # the <default> (8), and the flood held at it, named
+    assert captured.out.splitlines()[-3:] == [
         'pidquota configs "$@" --alter --entity-type users --entity-default --add-config producer_ids_rate=8',
+        "# User:crash-loop: suspected flood, held at 8 (no raise): 98% of 650 PIDs lived under 300 s, "
+        "0% in one request; peak 150 new PIDs per W, 60.0x the fleet median 2.5",
         'pidquota configs "$@" --alter --entity-type users --entity-name User:crash-loop '
-        "--add-config producer_ids_rate=141",
+        "--add-config producer_ids_rate=8",
     ]
     assert captured.err.startswith("principal")
 
