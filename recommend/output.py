@@ -175,8 +175,8 @@ def _default_notes(plan: Plan, basis: Basis | None) -> list[str]:
         f"Suggested <default>: {default.rate} ({DEFAULT_RULE}, share {default.share:g}{headroom}), from the "
         f"{default.users} users that are not suspected floods; {default.covered} of them have max/W <= "
         f"{default.rate} and would never have been throttled by it.",
-        f"{own} of them get a quota of their own, max({SUGGESTED_RULE}, max/W): at least its max/W, it would "
-        "never have throttled them (recommend/rules.py).",
+        f"{own} of them get a quota of their own, max(ceil(p99 x headroom), max/W): at least its max/W, so "
+        "it would never have throttled them (recommend/rules.py).",
     ]
 
 
