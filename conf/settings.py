@@ -324,6 +324,20 @@ SETTINGS: tuple[Setting, ...] = (
         choices=("exactly-once", "at-least-once"),
     ),
     Setting(
+        "pidquota.kafka.sink.retry.ms",
+        int,
+        60_000,
+        "A lost broker's partitions and coordinators move to another broker within seconds "
+        "(broker.session.timeout.ms is 9 s); a minute rides that out, as the source's "
+        "pidquota.kafka.fetch.timeout.ms does, and an output cluster that is really gone still "
+        "stops the run within a few minutes.",
+        "exactly-once: how long a micro-batch's Kafka send keeps trying after its first failure (a "
+        "broker lost, a coordinator moved). Each try opens a fresh transactional producer, which aborts "
+        "the failed transaction, and looks at the batch's mark first, so a batch whose commit did "
+        "reach Kafka is not sent twice. 0: one try, then the run stops.",
+        min=0,
+    ),
+    Setting(
         "pidquota.kafka.security.protocol",
         str,
         "PLAINTEXT",

@@ -300,5 +300,6 @@ def output_options(config, input_url: str | None) -> dict | None:
     mode = {
         "sinkMode": config["pidquota.kafka.sink.mode"],
         "requestTimeoutMs": str(config["pidquota.kafka.request.timeout.ms"]),
+        "sinkRetryMs": str(config["pidquota.kafka.sink.retry.ms"]),
     }
     return {"kafka.bootstrap.servers": bootstrap, **security_options(config), **topics, **mode}

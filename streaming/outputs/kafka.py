@@ -20,6 +20,11 @@ KIP-447:
   committed, nothing is sent; if not (it was aborted, or never reached its commit), the
   batch is sent again in a new transaction. A consumer reading ``read_committed`` sees
   each batch's records exactly once.
+- A send that fails (a broker lost mid-batch, a coordinator moved) is tried again for up
+  to ``sinkRetryMs`` (``pidquota.kafka.sink.retry.ms``), each time with a fresh producer of
+  the same transactional id: its ``initTransactions`` aborts the failed transaction, and
+  the mark says whether the failed commit reached Kafka after all, so the stream rides
+  through a lost broker with each batch sent once.
 
 With ``at-least-once`` the producer is idempotent (no duplicates from its own retries),
 without transactions: a batch replayed after a crash is sent again.
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -123,6 +129,10 @@ class KafkaOutput:
             raise KafkaError(f"sinkMode {self.mode!r}: use {EXACTLY_ONCE} or {AT_LEAST_ONCE}")
         self.factory = factory
         self.wait_s = 2 * int(self.options.get("requesttimeoutms", 30_000)) / 1000
+        self.retry_s = (
+            int(self.options.get("sinkretryms", BY_NAME["pidquota.kafka.sink.retry.ms"].default)) / 1000
+        )
+        self.clock, self.sleep = time.monotonic, time.sleep
         self.query_id: str | None = None
         self.producer = None
         self.next_batch = 0  # exactly-once: the first batch id not yet committed to Kafka
@@ -177,7 +187,47 @@ class KafkaOutput:
             return {}
         if self.mode == AT_LEAST_ONCE:
             return self._sent(table)
-        return self._in_transaction(table, batch_id)
+        return self._retried(table, batch_id)
+
+    def _retried(self, table: pa.Table, batch_id: int) -> dict[str, int]:
+        """:meth:`_in_transaction`, tried again with a fresh producer after a failure that a
+        lost broker explains, for up to ``retry_s`` after the first failure (a try that hangs on
+        the lost broker takes up to ``wait_s`` before it fails); fencing and refused access are
+        final."""
+        query_id, deadline, tries, pause = self.query_id, None, 0, 0.5
+        while True:
+            tries += 1
+            try:
+                if not self.bound:
+                    self.bind(query_id)
+                    if batch_id < self.next_batch:  # the failed try's commit reached Kafka
+                        log.warning(
+                            "pidquota: warning: batch %d: its Kafka transaction did commit; not sent again",
+                            batch_id,
+                        )
+                        return {}
+                return self._in_transaction(table, batch_id)
+            except Exception as exc:
+                deadline = deadline or self.clock() + self.retry_s
+                if isinstance(exc, FencedError) or _refused(exc) or self.clock() + pause > deadline:
+                    if tries > 1 and not isinstance(exc, FencedError):
+                        raise KafkaError(
+                            f"batch {batch_id} not sent to Kafka in {tries} tries, the last "
+                            f"{self.retry_s:g} s after the first failed (pidquota.kafka.sink.retry.ms): "
+                            f"{_said(exc)}"
+                        ) from None
+                    raise
+                log.warning(
+                    "pidquota: warning: batch %d not sent to Kafka (%s); trying again with a new "
+                    "transaction in %g s",
+                    batch_id,
+                    _said(exc),
+                    pause,
+                )
+                if self.bound:
+                    self._unbind()
+                self.sleep(pause)
+                pause = min(2 * pause, 8.0)
 
     def _sent(self, table: pa.Table) -> dict[str, int]:
         sent: dict[str, int] = {}
@@ -202,7 +252,7 @@ class KafkaOutput:
             self._bounded(self.producer.commit_transaction, batch_id)
         except (ProducerFencedError, InvalidProducerEpochError):
             self._unbind()
-            raise KafkaError(
+            raise FencedError(
                 f"batch {batch_id} not sent: another run of this query (transactional id "
                 f"pidquota-{self.query_id}) took over the Kafka outputs, or the batch took longer than "
                 "the broker's transaction timeout; this run stops"
@@ -253,6 +303,20 @@ class KafkaOutput:
         if self.producer is not None:
             _close(self.producer, timeout_s=self.wait_s)
             self.producer = None
+
+
+class FencedError(KafkaError):
+    """Another run of the same query took over the transactional id: never tried again."""
+
+
+def _refused(exc: BaseException) -> bool:
+    """A refusal that trying again cannot mend: authorization or authentication."""
+    name = type(exc).__name__
+    return "Authorization" in name or "Authentication" in name
+
+
+def _said(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
 
 
 def _close(producer, timeout_s: float = 0) -> None:

@@ -141,20 +141,27 @@ class ApacheKafka:
         self.cluster.stop()
 
     def produce(
-        self, topic: str, lines: list[str], keys: list[str] | None = None, partitions: int = 3
+        self,
+        topic: str,
+        lines: list[str],
+        keys: list[str] | None = None,
+        partitions: int = 3,
+        create: bool = True,
     ) -> None:
-        """Create ``topic`` and produce ``lines`` with batching on (multi-record batches)."""
+        """Create ``topic`` (unless ``create`` is false: the controller may be the node a test
+        killed) and produce ``lines`` with batching on (multi-record batches)."""
         from kafka import KafkaAdminClient, KafkaProducer
         from kafka.admin import NewTopic
         from kafka.errors import TopicAlreadyExistsError
 
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
-        try:
-            admin.create_topics([NewTopic(topic, partitions, 1)])
-        except TopicAlreadyExistsError:
-            pass
-        finally:
-            admin.close()
+        if create:
+            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+            try:
+                admin.create_topics([NewTopic(topic, partitions, 1)])
+            except TopicAlreadyExistsError:
+                pass
+            finally:
+                admin.close()
         producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=20)
         for i, line in enumerate(lines):
             key = keys[i].encode() if keys else None

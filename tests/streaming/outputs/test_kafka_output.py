@@ -33,10 +33,11 @@ def batch(batch_id: int, n: int = 3) -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
-def output(kafka, topic: str, mode: str = "exactly-once", factory=kafka_producer) -> KafkaOutput:
-    out = KafkaOutput(
-        {"kafka.bootstrap.servers": kafka.bootstrap, "decisionsTopic": topic, "sinkMode": mode}, factory
-    )
+def output(
+    kafka, topic: str, mode: str = "exactly-once", factory=kafka_producer, retry_ms: int = 0
+) -> KafkaOutput:
+    options = {"kafka.bootstrap.servers": kafka.bootstrap, "decisionsTopic": topic, "sinkMode": mode}
+    out = KafkaOutput({**options, "sinkRetryMs": str(retry_ms)}, factory)
     out.bind("query-1")
     return out
 
@@ -90,6 +91,83 @@ def test_a_batch_whose_transaction_did_not_commit_is_sent_again_once(kafka):
     assert again.send(batch(1), 1) == {"eos-abort": 3}
     again.close()
     assert sent(kafka, "eos-abort") == [(b, b * 100 + i) for b in range(2) for i in range(3)]
+
+
+class FailsFirst:
+    """Producers of which the first fails at the commit, as one whose broker is lost there:
+    ``committed`` says whether that commit reached Kafka before the failure."""
+
+    def __init__(self, committed: bool):
+        self.committed, self.made = committed, 0
+
+    def __call__(self, options, **kwargs):
+        self.made += 1
+        inner = kafka_producer(options, **kwargs)
+        if self.made > 1:
+            return inner
+        lost = self.committed
+
+        class Lost(DiesAtCommit):
+            def commit_transaction(self):
+                if lost:
+                    self.inner.commit_transaction()
+                raise ConnectionError("the broker was lost here")
+
+        producer = Lost.__new__(Lost)
+        producer.inner = inner
+        return producer
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["before-the-commit", "after-the-commit"])
+def test_a_send_that_fails_is_tried_again_and_the_batch_is_in_kafka_once(kafka, committed):
+    topic = f"eos-retry-{int(committed)}"
+    create(kafka, topic)
+    first = output(kafka, topic)
+    first.send(batch(0), 0)
+    first.close()
+    factory = FailsFirst(committed)
+    flaky = output(kafka, topic, factory=factory, retry_ms=30_000)
+    assert flaky.send(batch(1), 1) == ({} if committed else {topic: 3})
+    assert factory.made == 2 and flaky.next_batch == 2
+    flaky.send(batch(2), 2)
+    flaky.close()
+    assert sent(kafka, topic) == [(b, b * 100 + i) for b in range(3) for i in range(3)]
+
+
+def test_a_refusal_is_not_tried_again(kafka):
+    from kafka.errors import TopicAuthorizationFailedError
+
+    create(kafka, "eos-refused")
+
+    class Refused(DiesAtCommit):
+        made = 0
+
+        def __init__(self, options, **kwargs):
+            Refused.made += 1
+            super().__init__(options, **kwargs)
+
+        def commit_transaction(self):
+            raise TopicAuthorizationFailedError("eos-refused")
+
+        def abort_transaction(self):
+            self.inner.abort_transaction()
+
+    refused = output(kafka, "eos-refused", factory=Refused, retry_ms=60_000)
+    with pytest.raises(TopicAuthorizationFailedError):
+        refused.send(batch(0), 0)
+    assert Refused.made == 1
+    refused.close()
+
+
+def test_a_send_that_keeps_failing_stops_after_the_retry_time_naming_it(kafka):
+    create(kafka, "eos-gone")
+    gone = output(kafka, "eos-gone", factory=DiesAtCommit, retry_ms=3_000)
+    with pytest.raises(
+        KafkaError,
+        match=r"batch 0 not sent to Kafka in [2-9] tries, the last 3 s after the first failed .*the driver died",
+    ):
+        gone.send(batch(0), 0)
+    assert sent(kafka, "eos-gone") == []
 
 
 def test_the_mark_is_on_every_output_topic_so_a_topic_added_later_keeps_it(kafka):
