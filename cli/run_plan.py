@@ -225,7 +225,7 @@ def _owners_shown(config) -> str:
 
 def banner(args: argparse.Namespace, config, checkpoint: str, speed: float, replay_ms=None) -> str:
     """What the run does, where it writes, and whether it resumes a checkpoint."""
-    quotas = "Redis" if config["pidquota.redis.url"] else config.quotas_path()
+    quotas = _quotas_shown(args, config)
     done = checkpoints.last_batch(checkpoint)
     start = "new checkpoint" if done is None else f"resuming after batch {done}"
     if local_path(checkpoint) is None:
@@ -240,4 +240,25 @@ def banner(args: argparse.Namespace, config, checkpoint: str, speed: float, repl
         from pidquota.store.decisions import event_time
 
         start += f"; events before {event_time(replay_ms)} only rebuild state"
-    return f"pidquota: {mode}{what}, quotas from {quotas}, output in {args.output}/ ({start}); {until}"
+    return (
+        f"pidquota: {mode}{what}, quotas from {quotas}, output in {_folder(args.output)} ({start}); {until}"
+    )
+
+
+def _quotas_shown(args: argparse.Namespace, config) -> str:
+    """Where the quotas come from. The shipped file is the demo's: a run on the user's own data
+    that falls back to it says so, and how to give theirs."""
+    if config["pidquota.redis.url"]:
+        return "Redis"
+    path = config.quotas_path()
+    if args.input is None or config["pidquota.quotas.file"]:
+        return str(path)
+    return (
+        f"{path} -- the demo's quotas, not yours (give yours with --quotas FILE, "
+        "or --quota-store redis://HOST:PORT/DB for quotas set with pidquota configs)"
+    )
+
+
+def _folder(path: str) -> str:
+    """A folder as the banner shows it: with one trailing slash (``out/`` for ``out`` or ``out/``)."""
+    return path if path.endswith("/") else path + "/"

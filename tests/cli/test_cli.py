@@ -342,3 +342,31 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"pidquota {version('pidquota')}"
+
+
+def _banner(tmp_path, input, output="out", **settings):
+    from argparse import Namespace
+
+    from pidquota.cli.run_plan import banner
+    from pidquota.conf.loader import load
+
+    args = Namespace(input=input, output=output, once=input is not None)
+    return banner(args, load(overrides=settings), str(tmp_path / "ck"), 60.0)
+
+
+def test_own_data_under_the_shipped_quotas_is_told_they_are_the_demo_s(tmp_path):
+    from pidquota.conf.loader import DEFAULT_QUOTAS
+
+    line = _banner(tmp_path, "events/")
+    assert (
+        f"quotas from {DEFAULT_QUOTAS} -- the demo's quotas, not yours (give yours with --quotas FILE" in line
+    )
+    assert "--quota-store redis://HOST:PORT/DB" in line
+    assert "the demo's quotas" not in _banner(tmp_path, None)  # the demo runs under its own quotas
+    own = _banner(tmp_path, "events/", **{"pidquota.quotas.file": "mine.json"})
+    assert "quotas from mine.json, output" in own
+
+
+@pytest.mark.parametrize("output", ["out", "out/"])
+def test_the_banner_names_the_output_folder_with_one_slash(tmp_path, output):
+    assert "output in out/ (new checkpoint)" in _banner(tmp_path, "events/", output)
