@@ -114,7 +114,7 @@ def _unknown(name: str, origin: str) -> ConfigError:
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.8) or [
         n for n in names if name.split(".")[-1] in n.split(".")
     ]
-    hint = f"; did you mean {close[0]!r}?" if close else "; see conf/pidquota.properties for the keys"
+    hint = f"; did you mean {close[0]!r}?" if close else "; `python -m pidquota.conf.loader` lists every key"
     return ConfigError(f"unknown setting {name!r} (from {origin}){hint}")
 
 

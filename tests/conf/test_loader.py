@@ -105,3 +105,15 @@ def test_a_setting_is_given_only_when_the_user_gave_it(tmp_path):
     assert load(own, environ={}).given(key)
     replaced = load(environ={}).replace(key, "hdfs", "checkpoint")
     assert replaced[key] == "hdfs" and replaced.origins[key] == "checkpoint"
+
+
+def test_an_unknown_setting_points_to_a_list_every_install_has():
+    import subprocess
+    import sys
+
+    with pytest.raises(ConfigError) as err:
+        load(overrides={"pidquota.no.such.thing": "1"})
+    assert "`python -m pidquota.conf.loader` lists every key" in str(err.value)
+    assert "conf/pidquota.properties" not in str(err.value)  # a path in the repository, not the install
+    listed = subprocess.run([sys.executable, "-m", "pidquota.conf.loader"], capture_output=True, text=True)
+    assert listed.returncode == 0 and "\npidquota.redis.url=" in listed.stdout
