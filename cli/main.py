@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pidquota.cli import blocks, clients, configs, generate, package, recommend, report, run, status
+from pidquota.cli import blocks, clients, configs, generate, logs, package, recommend, report, run, status
 from pidquota.conf.errors import PidquotaError
 
 # Every command, in the order --help lists them; each module has add_parser(sub) and run(args).
@@ -41,6 +41,8 @@ def version() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
+    """The command line. A flag no command knows is refused with that command's usage, not the
+    top-level one (:func:`parse`)."""
     ap = argparse.ArgumentParser(
         prog="pidquota",
         description=DESCRIPTION,
@@ -54,13 +56,26 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The parsed command line. argparse leaves a subcommand's unknown flags to the top-level
+    parser, whose usage says nothing of that command's flags; here the command's parser refuses
+    them (``pidquota run --inptu x`` prints ``run``'s usage)."""
+    ap = parser()
+    args, unknown = ap.parse_known_args(argv)
+    if unknown:
+        commands = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    try:
-        return args.handler(args)
-    except PidquotaError as exc:
-        print(f"pidquota: error: {exc}", file=sys.stderr)
-        return 2
+    args = parse(argv)
+    with logs.to_stderr():
+        try:
+            return args.handler(args)
+        except PidquotaError as exc:
+            print(f"pidquota: error: {exc}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

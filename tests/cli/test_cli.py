@@ -370,3 +370,30 @@ def test_own_data_under_the_shipped_quotas_is_told_they_are_the_demo_s(tmp_path)
 @pytest.mark.parametrize("output", ["out", "out/"])
 def test_the_banner_names_the_output_folder_with_one_slash(tmp_path, output):
     assert "output in out/ (new checkpoint)" in _banner(tmp_path, "events/", output)
+
+
+def test_a_flag_typo_prints_the_command_s_usage_not_the_top_level_one(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["run", "--inptu", "x"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and err.startswith("usage: pidquota run [-h] [--input PATH|URL]")
+    assert err.splitlines()[-1] == "pidquota run: error: unrecognized arguments: --inptu x"
+
+
+def test_warnings_logged_while_a_command_runs_say_pidquota_warning_once(capsys, monkeypatch):
+    import logging
+
+    def warns(args):
+        logging.getLogger("pidquota.redis").warning("cannot publish throttle state to Redis (%s)", "down")
+        logging.getLogger("pidquota.output").warning("pidquota: output files not rolled")
+        logging.getLogger("pidquota.kafka").info("batch 3 sent to Kafka")  # not shown
+        return 0
+
+    monkeypatch.setattr("pidquota.cli.status.run", warns)
+    assert main(["status"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "pidquota: warning: cannot publish throttle state to Redis (down)",
+        "pidquota: warning: output files not rolled",
+    ]
+    logging.getLogger("pidquota.redis").warning("after the command")  # the handler is gone again
+    assert capsys.readouterr().err == ""
