@@ -54,6 +54,13 @@ def hidden(name: str) -> bool:
     return name.startswith(("_", ".")) or in_progress(name)
 
 
+def dotted(name: str) -> bool:
+    """A dot name, hidden by the convention ``ls`` and every shell keep (``.git``, ``.DS_Store``,
+    ``pidquota generate``'s ``.kafka-request.log.summary.json`` beside the log it wrote): passed
+    over without a word, as nobody expects it read."""
+    return name.startswith(".")
+
+
 def in_progress(name: str) -> bool:
     """A file still being written, to be renamed when complete: ``x.jsonl.tmp``, Hadoop's
     ``._COPYING_``. A running query passes over these without a warning."""
@@ -71,9 +78,9 @@ def _entry(path: Path) -> FileEntry | None:
 def scan(root: str | Path) -> Listing:
     """A named file, or every file below a folder whose path has no hidden part.
 
-    What a folder listing passes over is in ``skipped``: hidden names, folders
-    that cannot be read, and symbolic links to folders (not followed, so a
-    link cannot make a file be read twice)."""
+    What a folder listing passes over is in ``skipped``: hidden names (but dot names,
+    :func:`dotted`), folders that cannot be read, and symbolic links to folders (not
+    followed, so a link cannot make a file be read twice)."""
     root = Path(root).resolve()
     if root.is_file():
         entry = _entry(root)
@@ -83,13 +90,14 @@ def scan(root: str | Path) -> Listing:
         root, onerror=lambda e: skipped.append(f"{e.filename}{os.sep} ({e.strerror})")
     ):
         for d in sorted(dirs):
-            if hidden(d) or Path(folder, d).is_symlink():
+            if not dotted(d) and (hidden(d) or Path(folder, d).is_symlink()):
                 skipped.append(str(Path(folder, d)) + os.sep)
         dirs[:] = [d for d in dirs if not hidden(d) and not Path(folder, d).is_symlink()]
         for name in names:
             path = Path(folder, name)
             if hidden(name):
-                skipped.append(str(path))
+                if not dotted(name):
+                    skipped.append(str(path))
             elif path.is_file() and (entry := _entry(path)) is not None:
                 files.append(entry)
     files.sort(key=lambda f: (f.mtime_ns, f.path))
@@ -167,7 +175,7 @@ def start_up_notes(root: str | Path, checkpoint: str | Path) -> tuple[list[str],
             f" and {len(listing.skipped) - 5} more" if len(listing.skipped) > 5 else ""
         )
         notes.append(
-            f"warning: not reading {len(listing.skipped)} hidden name(s) in {root} (starting with '_' or '.', "
+            f"warning: not reading {len(listing.skipped)} hidden name(s) in {root} (starting with '_', "
             f"or ending in .tmp or ._COPYING_): "
             f"{shown}; rename them, or name one file as --input, to read it"
         )

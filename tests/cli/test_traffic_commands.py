@@ -88,3 +88,18 @@ def test_generate_writes_the_request_log_of_its_traffic(tmp_path, capsys):
 def test_clients_refuses_a_bad_rate_before_connecting(capsys):
     assert main(["clients", "--to", "kafka://127.0.0.1:1/t", "--behaviour", "steady", "--rate", "0"]) == 2
     assert "--rate must be > 0" in capsys.readouterr().err
+
+
+def test_try_it_without_a_cluster_runs_without_a_warning(tmp_path, capsys, no_spark):
+    """docs/real-cluster.md's "Try it without a cluster": generate's hidden summary beside the
+    log it wrote is not named as a file the run passes over (nor read)."""
+    log = tmp_path / "logs" / "broker-1" / "kafka-request.log"
+    log.parent.mkdir(parents=True)
+    gen = ["generate", "--duration", "2m", "--format", "kafka-request-log", "--output", str(log)]
+    assert main([*gen, "--blocks", str(tmp_path / "blocks.json")]) == 0
+    assert (log.parent / ".kafka-request.log.summary.json").exists()
+    capsys.readouterr()
+    run = ["run", "--input", str(tmp_path / "logs"), "--input-format", "kafka-request-log", "--once"]
+    assert main([*run, "--output", str(tmp_path / "logs-out")]) == 2
+    err = capsys.readouterr().err
+    assert err == "pidquota: error: Spark would start here\n"
