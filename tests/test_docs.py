@@ -203,3 +203,11 @@ def test_anchors_are_github_slugs(heading, anchor):
 
 def test_repeated_headings_get_numbered_anchors():
     assert anchors("# A\n## Notes\n## Notes\n## Notes\n") == {"a", "notes", "notes-1", "notes-2"}
+
+
+def test_the_readme_says_how_long_the_demo_takes_to_throttle():
+    """Measured on a 2-core machine (issue 35): the first throttles show 31-34 s after
+    ``pidquota run``, most of it Spark starting; not the "about 15 seconds" once promised."""
+    paragraph = README.split("It streams the traffic generator's default mix")[1].split("\n\n")[0]
+    claims = [int(n) for n in re.findall(r"(\d+)(?:–\d+)? seconds", paragraph)]
+    assert claims and min(claims) >= 30, claims
