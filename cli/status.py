@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from pidquota.cli.common import add_redis_flags, redis_from
 from pidquota.conf.errors import ConfigError
@@ -39,13 +40,28 @@ def run(args: argparse.Namespace) -> int:
     client, config = redis_from(args)
     status = StatusClient(client, config["pidquota.redis.prefix"], args.shadow)
     principals = [_status_user(args.principal)] if args.principal else status.principals()
-    if not principals:
-        print("No throttle state published yet.")
-    for principal in principals:
-        s = status.status(principal)
+    states = [status.status(p) for p in principals]
+    if not args.principal:  # the index outlives a quiet user's expired state
+        gone = sum(s.now_ms is None for s in states)
+        states = [s for s in states if s.now_ms is not None]
+        if not states:
+            print(
+                f"No throttle state published: none yet, or none within {_ttl(config)} (no run publishing)."
+            )
+        elif gone:
+            print(f"({gone} user(s) not shown: their state expired, not published within {_ttl(config)})")
+    wall_ms = int(time.time() * 1000)
+    for s in states:
         print(s.line())
+        published = s.published(wall_ms)
+        if published:
+            print(f"  {published}")
         if s.metrics:
             print("  " + ", ".join(f"{k}={v}" for k, v in sorted(s.metrics.items())))
         elif args.principal:
             print("  no metrics published for this user")
     return 0
+
+
+def _ttl(config) -> str:
+    return f"pidquota.redis.state.ttl.ms={config['pidquota.redis.state.ttl.ms']}"

@@ -432,6 +432,18 @@ SETTINGS: tuple[Setting, ...] = (
         "Write per-user throttle state and metrics, in the user's event time, to pidquota.redis.url "
         "each batch (fenced per query run).",
     ),
+    Setting(
+        "pidquota.redis.state.ttl.ms",
+        int,
+        600_000,
+        "Throttle state is in event time, so without an expiry a stopped run's throttles would stand "
+        "for ever. Ten minutes outlast hundreds of triggers and a restart of the job; a stopped "
+        "enforcer leaves nobody throttled for longer (brokers fail open, as with no quota).",
+        "Each user's published state (its hash in Redis, and the index of users) expires this "
+        "long, in wall-clock time, after the enforcer last published it: a user with no state is "
+        "not throttled. 0: never expires. At least 3 trigger intervals.",
+        min=0,
+    ),
     # -- pidquota: Prometheus ----------------------------------------------------------
     Setting(
         "pidquota.prometheus.port",

@@ -3,13 +3,17 @@
 The writer side (:class:`DecisionStore`) replaces each published user's hash
 ``{P}:users:<name>`` in Lua scripts fenced the way KIP-447 fences
 transactional producers; the reader side (:class:`StatusClient`) is what a
-broker plug-in or proxy needs. Both answer in the user's event time.
+broker plug-in or proxy needs. Both answer in the user's event time; only the
+expiry is in wall-clock time: each hash written carries ``published_ms`` and
+expires ``pidquota.redis.state.ttl.ms`` after it (as does the index of users),
+so a stopped run's throttles lift by themselves.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -26,11 +30,12 @@ MAX_USERS_PER_CALL = 200
 
 # KEYS[1] = the fence hash, KEYS[2 .. #KEYS-1] = the users' state hashes,
 # KEYS[#KEYS] = the state index. ARGV[1] = writer generation, ARGV[2] = batch
-# id; for the i-th user (KEYS[1 + i]): ARGV[1 + 2i] = its principal (the index
-# member), ARGV[2 + 2i] = a JSON list [field, value, field, value, ...].
-# Every key the script touches is declared in KEYS, all in the {PREFIX} slot.
+# id, ARGV[3] = the state's time to live in ms (0: none); for the i-th user
+# (KEYS[1 + i]): ARGV[2 + 2i] = its principal (the index member), ARGV[3 + 2i]
+# = a JSON list [field, value, field, value, ...]. Every key the script
+# touches is declared in KEYS, all in the {PREFIX} slot.
 _WRITE_LUA = """
-local gen, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
+local gen, batch, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local fence = redis.call('HMGET', KEYS[1], 'generation', 'batch')
 local g, b = tonumber(fence[1]) or 0, tonumber(fence[2]) or -1
 if gen < g then return {'FENCED', g, b} end
@@ -40,10 +45,12 @@ local index = KEYS[#KEYS]
 for i = 1, #KEYS - 2 do
   local key = KEYS[1 + i]
   redis.call('DEL', key)
-  local fields = cjson.decode(ARGV[2 + 2 * i])
+  local fields = cjson.decode(ARGV[3 + 2 * i])
   if #fields > 0 then redis.call('HSET', key, unpack(fields)) end
-  redis.call('SADD', index, ARGV[1 + 2 * i])
+  if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+  redis.call('SADD', index, ARGV[2 + 2 * i])
 end
+if ttl > 0 and #KEYS > 2 then redis.call('PEXPIRE', index, ttl) end
 return {'OK', gen, batch}
 """
 
@@ -80,9 +87,18 @@ class DecisionStore:
     higher, B's batch 5 is applied (fence: 2, 5).
     """
 
-    def __init__(self, client, prefix: str = "pidquota", shadow: bool = False) -> None:
+    def __init__(
+        self,
+        client,
+        prefix: str = "pidquota",
+        shadow: bool = False,
+        ttl_ms: int = 0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.client = client
         self.keys = Keys(prefix, shadow)
+        self.ttl_ms = int(ttl_ms)  # each written hash expires this long after its write; 0: never
+        self.clock = clock  # wall-clock seconds: each hash's published_ms
         self._write = client.register_script(_WRITE_LUA)
 
     def begin(self, query_id: str) -> int:
@@ -107,11 +123,13 @@ class DecisionStore:
         :data:`MAX_USERS_PER_CALL` users per script call, the calls pipelined.
         Returns the first refusal, or the last call's OK."""
         chunks = [states[i : i + MAX_USERS_PER_CALL] for i in range(0, len(states), MAX_USERS_PER_CALL)]
+        published = {"published_ms": str(int(self.clock() * 1000))}
         with self.client.pipeline(transaction=False) as pipe:
             for chunk in chunks or [[]]:
-                args = [generation, batch_id]
+                args = [generation, batch_id, self.ttl_ms]
                 for s in chunk:
-                    args += [s.principal, json.dumps([x for kv in s.fields().items() for x in kv])]
+                    fields = {**s.fields(), **published}
+                    args += [s.principal, json.dumps([x for kv in fields.items() for x in kv])]
                 self._write(keys=self.call_keys(query_id, chunk), args=args, client=pipe)
             results = [WriteResult(r[0].decode(), int(r[1]), int(r[2])) for r in pipe.execute()]
         return next((r for r in results if not r.applied), results[-1])
@@ -140,6 +158,20 @@ class Status:
     throttled_until_ms: int | None
     now_ms: int | None
     metrics: dict
+    published_ms: int | None = None  # wall clock: when the enforcer wrote this state
+    expires_in_ms: int | None = None  # wall clock: when Redis drops it; None: never
+
+    def published(self, wall_ms: int) -> str | None:
+        """When the state was published and when it expires, in wall-clock time (None for a
+        state written without ``published_ms``). ``wall_ms`` is now."""
+        if self.published_ms is None:
+            return None
+        age = f"{shown_ms(wall_ms - self.published_ms)} ago"
+        if self.expires_in_ms is None:
+            gone = "it never expires (pidquota.redis.state.ttl.ms=0)"
+        else:
+            gone = f"gone in {shown_ms(self.expires_in_ms)} unless the enforcer publishes it again"
+        return f"published {event_time(self.published_ms)} ({age}, wall clock); {gone}"
 
     def line(self) -> str:
         """One line for ``pidquota status``."""
@@ -169,16 +201,38 @@ class StatusClient:
         self.keys = Keys(prefix, shadow)
 
     def status(self, principal: str) -> Status:
-        raw = self.client.hgetall(self.keys.user_state(principal))
+        key = self.keys.user_state(principal)
+        with self.client.pipeline(transaction=True) as p:
+            raw, ttl = p.hgetall(key).pttl(key).execute()
         metrics = {k.decode(): _number(v.decode()) for k, v in raw.items()}
         now, until = metrics.pop("now_ms", None), metrics.pop("throttled_until_ms", None)
+        published = metrics.pop("published_ms", None)
         throttled = now is not None and until is not None and until > now
         return Status(
-            principal, throttled, until - now if throttled else 0, until if throttled else None, now, metrics
+            principal,
+            throttled,
+            until - now if throttled else 0,
+            until if throttled else None,
+            now,
+            metrics,
+            published,
+            ttl if ttl >= 0 else None,
         )
 
     def principals(self) -> list[str]:
         return sorted(m.decode() for m in self.client.smembers(self.keys.state_index))
+
+
+def shown_ms(ms: int) -> str:
+    """A wall-clock span for people: ``850 ms``, ``12 s``, ``4 min 10 s``, ``2 h 5 min``."""
+    if ms < 1000:
+        return f"{max(ms, 0)} ms"
+    s = ms // 1000
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s" if s % 60 else f"{s // 60} min"
+    return f"{s // 3600} h {s % 3600 // 60} min" if s % 3600 // 60 else f"{s // 3600} h"
 
 
 def _number(text: str):

@@ -244,6 +244,7 @@ def quota_source(config):
     from pidquota.store.decisions import DecisionStore
     from pidquota.store.sink import RedisPublisher
 
+    ttl_ms = state_ttl_ms(config)
     client = connect_config(config)  # at start-up: a Redis that is not there is an error now
     prefix = config["pidquota.redis.prefix"]
     store = RedisQuotaStore(client, prefix)
@@ -252,4 +253,17 @@ def quota_source(config):
         return quotas, None
     window_ms = QuotaSettings.from_config(config).window_ms
     shadow = config["pidquota.mode"] == "shadow"
-    return quotas, RedisPublisher(DecisionStore(client, prefix, shadow), quotas, window_ms)
+    store = DecisionStore(client, prefix, shadow, ttl_ms)
+    return quotas, RedisPublisher(store, quotas, window_ms)
+
+
+def state_ttl_ms(config) -> int:
+    """``pidquota.redis.state.ttl.ms``, refused if a user's state could expire between two batches."""
+    ttl, trigger = config["pidquota.redis.state.ttl.ms"], config["pidquota.trigger.interval.ms"]
+    if 0 < ttl < 3 * trigger:
+        raise ConfigError(
+            f"pidquota.redis.state.ttl.ms={ttl} is less than 3 trigger intervals "
+            f"(pidquota.trigger.interval.ms={trigger}): a throttled user's state would expire between "
+            f"batches; give at least {3 * trigger}, or 0 to never expire"
+        )
+    return ttl

@@ -128,7 +128,7 @@ def test_status_command_answers_in_event_time(redis_client, redis_server, capsys
     from pidquota.quota.user_state import UserState
     from pidquota.store.decisions import DecisionStore
 
-    store = DecisionStore(redis_client)
+    store = DecisionStore(redis_client, clock=lambda: 1_700_000_000.0)  # 2023-11-14T22:13:20Z
     t = 1_600_000_000_000
     states = [
         UserState("User:t", t, 3, 3_600_000, 100.0, 0.0, 1.23456, 36000.4, 100, 1),
@@ -136,14 +136,19 @@ def test_status_command_answers_in_event_time(redis_client, redis_server, capsys
     ]
     store.write("q", store.begin("q"), 3, states)
     code, out, _ = cli(capsys, "status", "--redis", redis_server)
-    assert code == 0 and out.splitlines() == [
-        "User:t: THROTTLED for 36000 ms of event time (until 2020-09-13T12:27:16.000Z; "
-        "its latest event 2020-09-13T12:26:40.000Z)",
+    assert code == 0 and [line.split(" (")[0] for line in out.splitlines()] == [
+        "User:t: THROTTLED for 36000 ms of event time",
+        "  published 2023-11-14T22:13:20.000Z",
         "  admitted_total=100, batch_id=3, quota=100, rate=1.235, throttle_time_ms=36000, "
         "throttled_total=1, tokens=0",
-        "User:u: not throttled (its latest event 2020-09-13T12:26:40.000Z)",
+        "User:u: not throttled",
+        "  published 2023-11-14T22:13:20.000Z",
         "  batch_id=3",
     ]
+    assert out.splitlines()[0] == (
+        "User:t: THROTTLED for 36000 ms of event time (until 2020-09-13T12:27:16.000Z; "
+        "its latest event 2020-09-13T12:26:40.000Z)"
+    )
     assert cli(capsys, "status", "--redis", redis_server, "User:v")[1].splitlines() == [
         "User:v: no state published",
         "  no metrics published for this user",
@@ -258,3 +263,36 @@ def test_deleting_a_quota_that_is_not_set_is_no_error(redis_server, redis_client
         "(producer_ids_rate was not set for user-principal 'User:nobody'; nothing to delete)",
         "Completed updating config for user-principal 'User:nobody'.",
     ]
+
+
+def test_status_says_when_state_was_published_and_a_stopped_run_s_state_expires(
+    redis_client, redis_server, capsys
+):
+    import time
+
+    from pidquota.quota.user_state import UserState
+    from pidquota.store.decisions import DecisionStore
+
+    store = DecisionStore(redis_client, ttl_ms=600_000)
+    t = 1_600_000_000_000
+    throttled = UserState("User:t", t, 3, 3_600_000, 100.0, 0.0, 1.2, 36000.0, 100, 1)
+    store.write("q", store.begin("q"), 3, [throttled, UserState("User:quiet", t, 3, 1)])
+    out = cli(capsys, "status", "--redis", redis_server, "User:t")[1].splitlines()
+    assert out[0].startswith("User:t: THROTTLED for 36000 ms of event time")
+    assert out[1].startswith("  published ") and " ago, wall clock); gone in " in out[1]
+    assert out[1].endswith(" unless the enforcer publishes it again")
+    store.write("q", store.begin("q"), 4, [throttled])  # User:quiet is not published again ...
+    redis_client.pexpire(store.keys.user_state("User:quiet"), 1)  # ... and its 10 minutes are up
+    time.sleep(0.05)
+    out = cli(capsys, "status", "--redis", redis_server)[1].splitlines()
+    assert out[0] == (
+        "(1 user(s) not shown: their state expired, not published within pidquota.redis.state.ttl.ms=600000)"
+    )
+    assert out[1].startswith("User:t: THROTTLED")
+    store.ttl_ms = 50  # the run stops: its last publish expires (in 50 ms, not 10 minutes, here)
+    store.write("q", store.begin("q"), 5, [throttled])
+    time.sleep(0.2)
+    assert cli(capsys, "status", "--redis", redis_server)[1] == (
+        "No throttle state published: none yet, or none within pidquota.redis.state.ttl.ms=600000 "
+        "(no run publishing)."
+    )

@@ -6,6 +6,8 @@ Against a real redis-server; no Spark. Metrics rows come from the real
 
 import logging
 import threading
+import time
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -132,6 +134,7 @@ def test_an_unlimited_users_stale_fields_are_removed(redis_client, query_id):
     assert StatusClient(redis_client).status("User:u").throttled
     pub(1, frames(unlimited("User:u", OLD + 5)))  # its quota was deleted: unlimited now
     fields = redis_client.hgetall(Keys().user_state("User:u"))
+    fields.pop(b"published_ms")
     assert fields == {b"now_ms": str(OLD + 5).encode(), b"batch_id": b"1"}
     assert not StatusClient(redis_client).status("User:u").throttled
 
@@ -150,7 +153,7 @@ def test_a_quota_raise_clears_the_throttle_from_the_next_batch(redis_client, que
     assert not up.throttled and up.now_ms == OLD
     assert (up.metrics["quota"], up.metrics["tokens"], up.metrics["batch_id"]) == (100_000, 99_998, 1)
     gone = redis_client.hgetall(Keys().user_state("User:gone"))
-    assert set(gone) == {b"now_ms", b"batch_id"} and gone[b"batch_id"] == b"1"
+    assert set(gone) == {b"now_ms", b"batch_id", b"published_ms"} and gone[b"batch_id"] == b"1"
     same = status.status("User:same")
     assert same.throttled and same.metrics["batch_id"] == 0  # unchanged quota: not rewritten
     quotas.quotas["User:up"] = 2  # a cut, but the user is no longer tracked as throttled
@@ -319,3 +322,41 @@ def test_status_of_an_unknown_user(redis_client):
     s = StatusClient(redis_client).status("User:nobody")
     assert (s.throttled, s.throttled_for_ms, s.now_ms, s.metrics) == (False, 0, None, {})
     assert s.line() == "User:nobody: no state published"
+
+
+def test_published_state_expires_in_wall_clock_time_so_a_stopped_run_throttles_no_one(redis_client, query_id):
+    """Throttle state is in event time; only its expiry is wall-clock: published_ms on each
+    hash, and a TTL on it and on the index, renewed by every publish of that user."""
+    wall = [1_700_000_000.0]
+    store = DecisionStore(redis_client, ttl_ms=600_000, clock=lambda: wall[0])
+    pub = RedisPublisher(store, Quotas({}), W, query_id)
+    row, _ = enforce(PrincipalQuota(2, SETTINGS, OLD), "User:x", [OLD] * 3, range(3))
+    pub(0, frames(row))
+    s = StatusClient(redis_client).status("User:x")
+    assert s.throttled and s.published_ms == 1_700_000_000_000 and 590_000 < s.expires_in_ms <= 600_000
+    assert 590_000 < redis_client.pttl(Keys().state_index) <= 600_000
+    assert replace(s, expires_in_ms=545_000).published(1_700_000_042_000) == (
+        "published 2023-11-14T22:13:20.000Z (42 s ago, wall clock); "
+        "gone in 9 min 5 s unless the enforcer publishes it again"
+    )
+    store.ttl_ms = 50  # the run stops publishing; 50 ms later
+    pub(1, frames(row))
+    time.sleep(0.2)
+    gone = StatusClient(redis_client).status("User:x")
+    assert not gone.throttled and gone.now_ms is None and gone.line() == "User:x: no state published"
+    assert StatusClient(redis_client).principals() == []
+
+
+def test_the_state_ttl_is_a_setting_and_cannot_lapse_between_batches(redis_server):
+    from pidquota.conf.loader import load
+    from pidquota.store.quotas import quota_source
+
+    _, pub = quota_source(load(overrides={"pidquota.redis.url": redis_server}))
+    assert pub.store.ttl_ms == 600_000  # the default: ten minutes
+    short = {"pidquota.redis.url": redis_server, "pidquota.redis.state.ttl.ms": "5000"}
+    with pytest.raises(
+        ConfigError, match=r"ttl.ms=5000 is less than 3 trigger intervals .* at least 6000, or 0"
+    ):
+        quota_source(load(overrides=short))
+    _, pub = quota_source(load(overrides={**short, "pidquota.redis.state.ttl.ms": "0"}))
+    assert pub.store.ttl_ms == 0

@@ -107,11 +107,13 @@ def _finish(cmd: list[str]) -> None:
 
 
 def _published(client, prefix: str) -> dict:
-    """Every per-user hash pidquota published, less the batch that wrote it (see below)."""
+    """Every per-user hash pidquota published, less the batch that wrote it (see below) and
+    when (``published_ms``, wall-clock)."""
     out = {}
     for key in client.scan_iter(match=f"{{{prefix}}}:users:*"):
         fields = client.hgetall(key)
         fields.pop(b"batch_id", None)
+        fields.pop(b"published_ms", None)
         out[key.decode().split(":users:", 1)[1]] = fields
     return out
 
