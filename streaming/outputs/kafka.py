@@ -202,7 +202,7 @@ class KafkaOutput:
                     self.bind(query_id)
                     if batch_id < self.next_batch:  # the failed try's commit reached Kafka
                         log.warning(
-                            "pidquota: warning: batch %d: its Kafka transaction did commit; not sent again",
+                            "batch %d: its Kafka transaction did commit; not sent again",
                             batch_id,
                         )
                         return {}
@@ -218,8 +218,7 @@ class KafkaOutput:
                         ) from None
                     raise
                 log.warning(
-                    "pidquota: warning: batch %d not sent to Kafka (%s); trying again with a new "
-                    "transaction in %g s",
+                    "batch %d not sent to Kafka (%s); trying again with a new transaction in %g s",
                     batch_id,
                     _said(exc),
                     pause,
