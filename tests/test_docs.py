@@ -211,3 +211,12 @@ def test_the_readme_says_how_long_the_demo_takes_to_throttle():
     paragraph = README.split("It streams the traffic generator's default mix")[1].split("\n\n")[0]
     claims = [int(n) for n in re.findall(r"(\d+)(?:–\d+)? seconds", paragraph)]
     assert claims and min(claims) >= 30, claims
+
+
+def test_the_readme_says_how_to_start_a_local_broker():
+    """A new user can try the request log, record-batches and clients on a real broker: the
+    README gives the one command, and the script has the flags it uses (issue 35)."""
+    command = "python3 scripts/kafka_broker.py run --dir /tmp/kafka-local"
+    assert command in README
+    script = (ROOT / "scripts" / "kafka_broker.py").read_text()
+    assert '"run"' in script and '"--dir"' in script
