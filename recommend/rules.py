@@ -38,16 +38,22 @@ from pidquota.quota.resolver import user_entity, validate_rate
 
 def check_headroom(headroom: float) -> float:
     """A finite headroom > 0, or a :class:`ConfigError`."""
-    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0 < headroom < math.inf:
-        raise ConfigError(f"headroom must be a number > 0, got {headroom!r}; e.g. 2 for twice the usage")
-    return headroom
+    return _checked(
+        headroom, lambda x: 0 < x < math.inf, "headroom must be a number > 0", "2 for twice the usage"
+    )
 
 
 def check_share(share: float) -> float:
     """A share of users in (0, 1], or a :class:`ConfigError`."""
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
-        raise ConfigError(f"share of users must be in (0, 1], got {share!r}; e.g. 0.9 for 90%")
-    return share
+    return _checked(share, lambda x: 0 < x <= 1, "share of users must be in (0, 1]", "0.9 for 90%")
+
+
+def _checked(value, in_range, rule: str, example: str) -> float:
+    """``value`` if it is a number (not a bool) and ``in_range(value)``, else a :class:`ConfigError`
+    saying ``rule``, the value and an ``example``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not in_range(value):
+        raise ConfigError(f"{rule}, got {value!r}; e.g. {example}")
+    return value
 
 
 def _exact(x: float) -> Fraction:
@@ -168,17 +174,15 @@ are: a deployment or an autoscaler's churn touches a minority of its PIDs."""
 
 def check_short_life(seconds: float) -> float:
     """A finite short-life threshold > 0 seconds, or a :class:`ConfigError`."""
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
-        raise ConfigError(f"short life must be a number of seconds > 0, got {seconds!r}; e.g. 300")
-    return seconds
+    return _checked(seconds, lambda x: 0 < x < math.inf, "short life must be a number of seconds > 0", "300")
 
 
 def check_flood_factor(factor: float) -> float:
     """A finite flood factor >= 1, or a :class:`ConfigError` (below 1 would flag users
     under the fleet's median)."""
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 1 <= factor < math.inf:
-        raise ConfigError(f"flood factor must be a number >= 1, got {factor!r}; e.g. 10 for ten times")
-    return factor
+    return _checked(
+        factor, lambda x: 1 <= x < math.inf, "flood factor must be a number >= 1", "10 for ten times"
+    )
 
 
 def growth_quota(suggested: int, peak: int) -> int:
