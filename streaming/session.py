@@ -79,7 +79,7 @@ def spark_session(config: Config, master: str | None = None):
     """Get or create the session from ``config``; ``master``: ``pidquota run --master``."""
     find_java()
     level = config["pidquota.log.level"]
-    conf = _gateway(config["pidquota.spark.driver.memory"])
+    conf = _gateway(config["pidquota.spark.driver.memory"], config["pidquota.spark.class.cache"])
     chosen = choose_master(master, given_master(conf), config["pidquota.spark.master"])
     check_master(chosen)
     python = conf.get("spark.pyspark.python", None) or os.environ.get("PYSPARK_PYTHON") or sys.executable
@@ -103,6 +103,7 @@ def spark_session(config: Config, master: str | None = None):
     for key, value in STATE_STORES[config["pidquota.state.store"]].items():
         spark.conf.set(key, value)
     _own_logging(spark.sparkContext._jvm)
+    _no_python_source_lookup(spark.sparkContext._jvm)
     _quiet_accumulator_server(spark.sparkContext)
     if _PY4J_RESEND not in logging.getLogger().filters:
         logging.getLogger().addFilter(_PY4J_RESEND)
@@ -112,6 +113,26 @@ def spark_session(config: Config, master: str | None = None):
     if not chosen.startswith("local") or ship.shipped():
         ship_code(spark.sparkContext)
     return spark
+
+
+def _no_python_source_lookup(jvm) -> None:
+    """Spark looks up Python data sources installed as packages the first time one is named
+    (``DataSourceManager``): a Python process that imports PySpark and scans every installed
+    distribution, 2-4 s of a 2-core machine's start. pidquota registers its own sources and
+    reads none of those, so it marks the lookup done with nothing found. A Spark without
+    that internal field keeps its lookup."""
+    from py4j.protocol import Py4JError
+
+    try:
+        manager = jvm.java.lang.Class.forName(_SOURCE_MANAGER).getField("MODULE$").get(None)
+        if manager.dataSourceBuilders().isEmpty():
+            empty = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
+            getattr(manager, "dataSourceBuilders_$eq")(jvm.scala.Option.apply(empty))
+    except Py4JError:
+        pass
+
+
+_SOURCE_MANAGER = "org.apache.spark.sql.execution.datasources.DataSourceManager$"
 
 
 class _Py4JResend(logging.Filter):
@@ -142,17 +163,23 @@ def _quiet_accumulator_server(sc) -> None:
     server.handle_error = handle_error
 
 
-def _gateway(driver_memory: str = ""):
+def _gateway(driver_memory: str = "", class_cache: str = ""):
     """Start Spark's JVM, or join the one spark-submit started; returns its SparkConf. A JVM
-    pidquota starts logs through ``conf/log4j2.properties`` from its first line, unless the
+    pidquota starts logs through ``conf/log4j2.properties`` from its first line and starts
+    from the class-data archive in ``class_cache`` (``streaming/class_data.py``), unless the
     user gave the driver Java options of their own, and gets ``driver_memory``
     (``pidquota.spark.driver.memory``) as its heap, unless the user gave Spark one."""
     from pyspark import SparkConf, SparkContext
 
+    from pidquota.streaming import class_data
+
     launch = SparkConf(loadDefaults=False)
     given = launch_settings() if SparkContext._gateway is None else {}
     if SparkContext._gateway is None and "spark.driver.extraJavaOptions" not in given:
-        launch.set("spark.driver.extraJavaOptions", f"-D{_LOG4J_PROPERTY}={LOG4J2.as_uri()}")
+        archive = class_data.java_options(class_cache, find_java(), _spark_home() / "jars")
+        launch.set(
+            "spark.driver.extraJavaOptions", f"-D{_LOG4J_PROPERTY}={LOG4J2.as_uri()} {archive}".strip()
+        )
     given_memory = "spark.driver.memory" in given or os.environ.get("SPARK_DRIVER_MEMORY")
     if SparkContext._gateway is None and driver_memory and not given_memory:
         launch.set("spark.driver.memory", driver_memory)
@@ -261,11 +288,14 @@ def launch_settings() -> dict[str, str]:
     return out
 
 
-def _defaults_file() -> Path:
+def _spark_home() -> Path:
     import pyspark
 
-    home = os.environ.get("SPARK_HOME") or str(Path(pyspark.__file__).parent)
-    return Path(os.environ.get("SPARK_CONF_DIR") or Path(home, "conf")) / "spark-defaults.conf"
+    return Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
+
+
+def _defaults_file() -> Path:
+    return Path(os.environ.get("SPARK_CONF_DIR") or _spark_home() / "conf") / "spark-defaults.conf"
 
 
 def given_master(conf) -> str | None:
