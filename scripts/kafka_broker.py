@@ -120,7 +120,7 @@ def java_cmd(
     java = shutil.which("java")
     if java is None:
         raise BrokerError("java is not installed: Apache Kafka 4.x needs Java 17 or later")
-    props = [f"-Dlog4j2.configurationFile={log4j2}"]
+    props = [f"-Dlog4j2.configurationFile={log4j2}", *_class_archive(java, libs, main)]
     if logs is not None:
         props.append(f"-Dkafka.logs.dir={logs}")
     return [
@@ -134,6 +134,18 @@ def java_cmd(
         main,
         *args,
     ]
+
+
+def _class_archive(java: str, libs: Path, main: str) -> list[str]:
+    """Java's class-data archive for ``main``, beside the jars' cache, when pidquota is
+    installed (``pidquota.streaming.class_data``): a broker's start maps the classes the
+    first one wrote as it stopped, instead of loading them from the jars."""
+    try:
+        from pidquota.streaming.class_data import java_options
+    except ImportError:
+        return []
+    name = "broker" if main == "kafka.Kafka" else main.rpartition(".")[2].lower()
+    return java_options(str(cache_dir() / "jvm"), java, libs, name=f"kafka-{name}").split()
 
 
 @dataclass

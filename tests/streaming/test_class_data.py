@@ -42,7 +42,7 @@ def test_without_an_archive_the_jvm_writes_one_under_a_temporary_name(tmp_path, 
     assert folder.is_dir()
     [flag, quiet] = options.split()
     assert flag.startswith(f"-XX:ArchiveClassesAtExit={folder}/spark-")
-    assert flag.endswith(f".{os.getpid()}.tmp")
+    assert f".{os.getpid()}-" in flag and flag.endswith(".tmp")
     assert quiet == class_data.QUIET
 
 
@@ -60,7 +60,7 @@ def test_a_whole_temporary_archive_is_promoted_and_mapped(tmp_path, jars):
 
 def test_of_several_whole_temporaries_the_newest_is_kept_and_the_rest_dropped(tmp_path, jars):
     first = _options(tmp_path, jars).split()[0].split("=", 1)[1]
-    older, newer = Path(first.replace(".tmp", "1.tmp")), Path(first.replace(".tmp", "2.tmp"))
+    older, newer = Path(first.replace(".tmp", "-1.tmp")), Path(first.replace(".tmp", "-2.tmp"))
     older.write_bytes(b"old")
     newer.write_bytes(b"new")
     os.utime(older, (time.time() - 600, time.time() - 600))
