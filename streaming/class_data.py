@@ -5,52 +5,91 @@ every start. Java 13+ can write the classes a JVM loaded to an archive when it e
 (``-XX:ArchiveClassesAtExit``) and map them at the next start
 (``-XX:SharedArchiveFile``), skipping that work.
 
-* **One archive per Java and Spark.** Its name hashes the ``java`` binary (path, size,
-  mtime) and the jars on Spark's class path; an upgrade of either writes a new one. Java
-  refuses an archive whose class path or JDK differ and starts without it (its complaint
-  is silenced: the only cost is the lost speed).
-* **Written by the first run that exits,** by the JVM after pidquota's Python has gone
-  (about 15 s on 2 cores, 180 MB). It writes to ``spark-KEY.PID-RANDOM.tmp``; a later start
-  renames a temporary archive untouched for :data:`WHOLE_AFTER_S` to ``spark-KEY.jsa``
-  (atomic), so no JVM maps a half-written one. A run killed with -9 writes nothing.
+* **One archive per program, Java and class path.** Its name hashes the ``java`` binary
+  (path, size, mtime) and the jars; an upgrade of either writes a new one. Java refuses
+  an archive whose class path differs and starts without it (its complaint is silenced:
+  the only cost is the lost speed).
+* **Written once,** by the first JVM that exits when there is no archive and no other JVM
+  is writing one: after pidquota's Python has gone (about 15 s on 2 cores, 180 MB), to
+  ``NAME-KEY.PID-RANDOM.tmp``, with the JVM's class path beside it (``.cp``).
+* **Checked before use.** Java crashes (SIGBUS) on a truncated archive, as a JVM killed
+  while writing leaves. So a later start takes a temporary archive untouched for
+  :data:`WHOLE_AFTER_S`, maps it with ``java -Xshare:on -version`` on the same class path
+  (0.25 s), and renames it to ``NAME-KEY.jsa`` (atomic) only if that JVM started; else
+  deletes it.
 * **Only a JVM pidquota starts itself** gets it: not spark-submit's, and not one given
   ``spark.driver.extraJavaOptions`` of the user's own.
 
-Worked example (``pidquota run --once`` over 12 small files, 2 cores, 3 runs each):
-30.9 s without the archive, 24.0 s with it.
+Worked example (``pidquota run --once`` over 12 small files, 2 cores, 4 runs each):
+33.7 s without the archive, 28.2 s with it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
+import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-WHOLE_AFTER_S = 120.0  # a JVM writes its archive in ~15 s; untouched this long, it is done
+WHOLE_AFTER_S = 20.0  # a JVM writes its archive in ~15 s without pause; untouched this long, it is done
+CHECK_TIMEOUT_S = 30.0
 QUIET = "-Xlog:cds=off,cds+dynamic=off"  # "skipping class X" lines, a refused archive
 
 
-def java_options(folder: str, java: str, jars: Path, now: float | None = None, name: str = "spark") -> str:
-    """The JVM options for the archive under ``folder`` (empty: none): map it if it is
-    there, else write it when this JVM exits. ``java``: the binary that will run; ``jars``:
-    the class path's jar folder; ``name``: which program (one archive each)."""
-    if not folder:
-        return ""
+@dataclass(frozen=True)
+class Archive:
+    """A JVM's archive options; ``writing``: the temporary archive it writes as it exits
+    (None: it maps one, or there is none to write). Give the JVM's class path to
+    :meth:`record_class_path` once it runs, unless :func:`prepare` had it."""
+
+    options: str = ""
+    writing: Path | None = None
+
+    def record_class_path(self, class_path: str) -> None:
+        if self.writing is not None:  # without it the archive is never used: only the speed is lost
+            with contextlib.suppress(OSError):
+                self.writing.with_suffix(".cp").write_text(class_path)
+
+
+def prepare(
+    folder: str,
+    java: str,
+    jars: Path,
+    name: str = "spark",
+    class_path: str | None = None,
+    now: float | None = None,
+) -> Archive:
+    """The options of a JVM that runs ``java`` on the jars in ``jars``, with the archive of
+    ``name`` under ``folder`` (empty: none): map it if there is one, else write one as it
+    exits, unless another JVM is writing one now."""
+    if not folder or any(c.isspace() or c in "\"'" for c in str(Path(folder).expanduser())):
+        return Archive()  # off; or a path Spark would split (extraJavaOptions splits on spaces)
     base = Path(folder).expanduser()
     try:
         base.mkdir(parents=True, exist_ok=True)
         key = f"{name}-{_key(java, jars)}"
         archive = base / f"{key}.jsa"
-        _promote(base, key, archive, time.time() if now is None else now)
+        pending = _promote(base, key, archive, java, time.time() if now is None else now)
     except OSError:
-        return ""  # an unwritable cache costs the speed, not the run
-    if any(c.isspace() or c in "\"'" for c in str(base)):
-        return ""  # Spark splits extraJavaOptions on spaces
+        return Archive()  # an unwritable cache costs the speed, not the run
     if archive.is_file():
-        return f"-XX:SharedArchiveFile={archive} {QUIET}"
-    return f"-XX:ArchiveClassesAtExit={base / f'{key}.{os.getpid()}-{secrets.token_hex(4)}.tmp'} {QUIET}"
+        return Archive(f"-XX:SharedArchiveFile={archive} {QUIET}")
+    if pending:
+        return Archive()
+    writing = base / f"{key}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    out = Archive(f"-XX:ArchiveClassesAtExit={writing} {QUIET}", writing)
+    if class_path is not None:
+        out.record_class_path(class_path)
+    return out
+
+
+def java_options(folder: str, java: str, jars: Path, now: float | None = None, name: str = "spark") -> str:
+    """:func:`prepare`'s options alone, for a JVM whose class path is ``jars/*``."""
+    return prepare(folder, java, jars, name, class_path=f"{jars}/*", now=now).options
 
 
 def _key(java: str, jars: Path) -> str:
@@ -61,14 +100,41 @@ def _key(java: str, jars: Path) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _promote(base: Path, key: str, archive: Path, now: float) -> None:
-    """Rename the newest whole temporary archive of ``key`` to ``archive``; drop the others
-    that are whole (a JVM still writing one touched it within :data:`WHOLE_AFTER_S`)."""
-    whole = sorted(
-        (p for p in base.glob(f"{key}.*.tmp") if now - p.stat().st_mtime >= WHOLE_AFTER_S),
-        key=lambda p: p.stat().st_mtime,
-    )
-    if whole and not archive.exists():
-        os.replace(whole.pop(), archive)
-    for stale in whole:
-        stale.unlink(missing_ok=True)
+def _promote(base: Path, key: str, archive: Path, java: str, now: float) -> bool:
+    """Check and promote the temporary archives of ``key`` that are whole; True while one
+    is still being written (or waits for its check)."""
+    pending = False
+    for tmp in sorted(base.glob(f"{key}.*.tmp"), key=lambda p: -p.stat().st_mtime):
+        if now - tmp.stat().st_mtime < WHOLE_AFTER_S:
+            pending = True
+            continue
+        class_path = tmp.with_suffix(".cp")
+        if not archive.exists() and class_path.is_file() and _maps(java, tmp, class_path.read_text()):
+            os.replace(tmp, archive)
+        tmp.unlink(missing_ok=True)
+        class_path.unlink(missing_ok=True)
+    for orphan in base.glob(f"{key}.*.cp"):  # a JVM that never wrote its archive (killed, or still running)
+        if not orphan.with_suffix(".tmp").exists() and now - orphan.stat().st_mtime > 7 * 86400:
+            orphan.unlink(missing_ok=True)
+    return pending
+
+
+def _maps(java: str, tmp: Path, class_path: str) -> bool:
+    """Does a JVM on ``class_path`` start with ``tmp`` mapped (``-Xshare:on`` fails otherwise)?"""
+    try:
+        done = subprocess.run(
+            [
+                java,
+                "-cp",
+                class_path,
+                f"-XX:SharedArchiveFile={tmp}",
+                "-Xshare:on",
+                *QUIET.split(),
+                "-version",
+            ],
+            capture_output=True,
+            timeout=CHECK_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0

@@ -175,16 +175,18 @@ def _gateway(driver_memory: str = "", class_cache: str = ""):
 
     launch = SparkConf(loadDefaults=False)
     given = launch_settings() if SparkContext._gateway is None else {}
+    archive = class_data.Archive()
     if SparkContext._gateway is None and "spark.driver.extraJavaOptions" not in given:
-        archive = class_data.java_options(class_cache, find_java(), _spark_home() / "jars")
-        launch.set(
-            "spark.driver.extraJavaOptions", f"-D{_LOG4J_PROPERTY}={LOG4J2.as_uri()} {archive}".strip()
-        )
+        archive = class_data.prepare(class_cache, find_java(), _spark_home() / "jars")
+        options = f"-D{_LOG4J_PROPERTY}={LOG4J2.as_uri()} {archive.options}"
+        launch.set("spark.driver.extraJavaOptions", options.strip())
     given_memory = "spark.driver.memory" in given or os.environ.get("SPARK_DRIVER_MEMORY")
     if SparkContext._gateway is None and driver_memory and not given_memory:
         launch.set("spark.driver.memory", driver_memory)
     gateway = _launch(launch) if SparkContext._gateway is None else None
     SparkContext._ensure_initialized(gateway=gateway, conf=launch)
+    if archive.writing is not None:  # the class path the archive's check needs
+        archive.record_class_path(SparkContext._jvm.java.lang.System.getProperty("java.class.path"))
     return SparkConf()  # the JVM's: what spark-submit and Spark's configuration files set
 
 

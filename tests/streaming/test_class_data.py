@@ -36,7 +36,7 @@ def test_off_when_the_setting_is_empty(jars):
     assert class_data.java_options("", find_java(), jars) == ""
 
 
-def test_without_an_archive_the_jvm_writes_one_under_a_temporary_name(tmp_path, jars):
+def test_without_an_archive_the_jvm_writes_one_under_a_temporary_name_with_its_class_path(tmp_path, jars):
     folder = tmp_path / "cache" / "jvm"
     options = _options(folder, jars)
     assert folder.is_dir()
@@ -44,29 +44,39 @@ def test_without_an_archive_the_jvm_writes_one_under_a_temporary_name(tmp_path, 
     assert flag.startswith(f"-XX:ArchiveClassesAtExit={folder}/spark-")
     assert f".{os.getpid()}-" in flag and flag.endswith(".tmp")
     assert quiet == class_data.QUIET
+    assert Path(flag.split("=", 1)[1]).with_suffix(".cp").read_text() == f"{jars}/*"
 
 
-def test_a_whole_temporary_archive_is_promoted_and_mapped(tmp_path, jars):
+def _written(tmp_path, jars, data: bytes = b"archive") -> Path:
+    """What a JVM leaves as it exits: its temporary archive (``data``) beside its class path."""
     tmp = Path(_options(tmp_path, jars).split()[0].split("=", 1)[1])
-    tmp.write_bytes(b"archive")
-    now = time.time()
-    assert _options(tmp_path, jars, now).startswith("-XX:ArchiveClassesAtExit=")  # still being written
+    tmp.write_bytes(data)
+    return tmp
+
+
+def test_while_one_jvm_writes_the_archive_no_other_writes_one(tmp_path, jars):
+    tmp = _written(tmp_path, jars)
+    assert _options(tmp_path, jars, time.time()) == ""  # no archive yet, and no second writer
     assert tmp.exists()
-    options = _options(tmp_path, jars, now + class_data.WHOLE_AFTER_S)
+
+
+def test_an_archive_that_java_cannot_map_is_deleted_not_used(tmp_path, jars):
+    tmp = _written(tmp_path, jars, b"truncated: java would crash on it")
+    options = _options(tmp_path, jars, time.time() + class_data.WHOLE_AFTER_S)
+    assert options.startswith("-XX:ArchiveClassesAtExit=")  # written anew by this JVM
+    assert not tmp.exists() and not tmp.with_suffix(".cp").exists()
+    assert list(tmp_path.glob("*.jsa")) == []
+
+
+def test_an_archive_java_maps_is_promoted_and_used(tmp_path, jars, monkeypatch):
+    tmp = _written(tmp_path, jars)
+    checked = []
+    monkeypatch.setattr(class_data, "_maps", lambda java, path, cp: checked.append((path, cp)) or True)
+    options = _options(tmp_path, jars, time.time() + class_data.WHOLE_AFTER_S)
+    assert checked == [(tmp, f"{jars}/*")]
     archive = Path(options.split()[0].removeprefix("-XX:SharedArchiveFile="))
     assert archive.read_bytes() == b"archive" and archive.suffix == ".jsa"
-    assert not tmp.exists()
-
-
-def test_of_several_whole_temporaries_the_newest_is_kept_and_the_rest_dropped(tmp_path, jars):
-    first = _options(tmp_path, jars).split()[0].split("=", 1)[1]
-    older, newer = Path(first.replace(".tmp", "-1.tmp")), Path(first.replace(".tmp", "-2.tmp"))
-    older.write_bytes(b"old")
-    newer.write_bytes(b"new")
-    os.utime(older, (time.time() - 600, time.time() - 600))
-    options = _options(tmp_path, jars, time.time() + class_data.WHOLE_AFTER_S)
-    assert Path(options.split()[0].removeprefix("-XX:SharedArchiveFile=")).read_bytes() == b"new"
-    assert list(tmp_path.glob("*.tmp")) == []
+    assert list(tmp_path.glob("*.tmp")) == list(tmp_path.glob("*.cp")) == []
 
 
 def test_another_spark_or_java_gets_its_own_archive(tmp_path, jars):
@@ -99,9 +109,19 @@ _START = textwrap.dedent(
 )
 
 
+def _wait_gone(pid: int) -> None:
+    """Until the JVM ``pid`` has exited: it writes its archive as it exits."""
+    deadline = time.monotonic() + 120
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
 @pytest.mark.e2e
-def test_a_spark_jvm_writes_the_archive_as_it_exits_and_the_next_one_maps_it(tmp_path):
+def test_a_spark_jvm_writes_the_archive_as_it_exits_and_the_next_one_maps_it_once_checked(tmp_path):
+    """A whole archive is used; a truncated one (a JVM killed while writing it) would crash
+    Java: it is refused at the check and written anew."""
     folder = tmp_path / "jvm"
+    old = time.time() - class_data.WHOLE_AFTER_S
 
     def start() -> tuple[int, bool]:
         done = subprocess.run(
@@ -112,15 +132,23 @@ def test_a_spark_jvm_writes_the_archive_as_it_exits_and_the_next_one_maps_it(tmp
         pid, mapped = done.stdout.split()[-2:]
         return int(pid), mapped == "True"
 
+    def written() -> Path:
+        [tmp] = folder.glob("*.tmp")
+        assert tmp.stat().st_size > 10_000_000 and tmp.with_suffix(".cp").is_file()
+        return tmp
+
     pid, mapped = start()
     assert not mapped
-    deadline = time.monotonic() + 120
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:  # the JVM writes it as it exits
-        time.sleep(0.5)
-    [tmp] = folder.glob("*.tmp")
-    assert tmp.stat().st_size > 10_000_000
-    old = time.time() - class_data.WHOLE_AFTER_S
+    _wait_gone(pid)
+    tmp = written()
+    whole = tmp.read_bytes()
+    tmp.chmod(0o644)
+    tmp.write_bytes(whole[: len(whole) // 2])
     os.utime(tmp, (old, old))
+    pid, mapped = start()  # checked, refused, deleted; this JVM writes a whole one as it exits
+    assert not mapped
+    _wait_gone(pid)
+    os.utime(written(), (old, old))
     _, mapped = start()
     assert mapped
     assert [p.suffix for p in folder.iterdir()] == [".jsa"]
