@@ -240,6 +240,14 @@ def consumer(options: dict, **extra):
     return _connected(KafkaConsumer, options, {"enable_auto_commit": False, "client_id": "pidquota"}, extra)
 
 
+def admin(options: dict, **extra):
+    """A ``KafkaAdminClient`` from pidquota's ``kafka.*`` options (the actuator's quotas and
+    ACLs, and the journal's topic)."""
+    from kafka import KafkaAdminClient
+
+    return _connected(KafkaAdminClient, options, {"client_id": "pidquota"}, extra)
+
+
 def check_topic(options: dict, topic: str, timeout_ms: int) -> None:
     """At start-up: the cluster answers within ``timeout_ms`` and has ``topic`` (each of a
     comma-separated list; a pattern with ``*`` must match one); else a KafkaError naming the

@@ -21,11 +21,12 @@ BELOW = {
     "bloom": {"conf"},
     "quota": {"conf", "bloom"},
     "store": {"conf", "bloom", "quota"},
+    "actuate": {"conf", "bloom", "quota", "store"},
     "traffic": {"conf", "bloom", "quota", "store"},
-    "streaming": {"conf", "bloom", "quota", "store", "traffic"},
-    "observe": {"conf", "bloom", "quota", "store", "traffic", "streaming"},
+    "streaming": {"conf", "bloom", "quota", "store", "actuate", "traffic"},
+    "observe": {"conf", "bloom", "quota", "store", "actuate", "traffic", "streaming"},
     "recommend": {"conf", "bloom", "quota", "store", "traffic", "streaming"},
-    "cli": {"conf", "bloom", "quota", "store", "traffic", "streaming", "observe", "recommend"},
+    "cli": {"conf", "bloom", "quota", "store", "actuate", "traffic", "streaming", "observe", "recommend"},
     "": {"cli"},  # pidquota/__init__.py and __main__.py
 }
 # Modules that must import without Spark: the CLI's start-up checks run before it starts.

@@ -1,0 +1,220 @@
+"""Kafka's own controls, as the actuator reads and changes them: client quotas
+(DescribeClientQuotas and AlterClientQuotas, KIP-546, through kafka-python's protocol
+classes: neither Python client has an admin call for them) and ACLs (kafka-python's
+``describe_acls``, ``create_acls`` and ``delete_acls``).
+
+A control is one thing pidquota may set and must be able to put back exactly:
+
+* :class:`QuotaKey`: one key of one quota entity, e.g. ``request_percentage`` of
+  ``user=alice``. Its value is a float, or None when the entity has no such key.
+* :class:`AclBinding`: one ACL binding. Its value is True when the cluster has it.
+
+Worked example: ``controls.read(QuotaKey("user", "alice", "request_percentage"))`` is None
+on a cluster where nobody set it; after ``controls.write(key, 1.0)`` it is 1.0, and
+``controls.write(key, None)`` removes the key again (the entity's other keys untouched).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pidquota.conf.errors import PidquotaError
+from pidquota.store import kafka as kafka_store
+
+
+class ControlError(PidquotaError):
+    """Kafka refused to show or change a control (or did not answer)."""
+
+
+@dataclass(frozen=True, order=True)
+class QuotaKey:
+    """One key of a client-quota entity: ``entity_type`` is ``user``, ``client-id`` or
+    ``ip``; ``entity`` its name (a user without ``User:``)."""
+
+    entity_type: str
+    entity: str
+    key: str
+
+    @property
+    def name(self) -> str:
+        return f"quota {self.entity_type}={self.entity} {self.key}"
+
+
+@dataclass(frozen=True, order=True)
+class AclBinding:
+    """One ACL binding, as ``kafka-acls.sh`` writes it: ``principal`` (``User:alice``),
+    ``operation`` (``WRITE``, ``IDEMPOTENT_WRITE``...), ``permission`` (``DENY``/``ALLOW``),
+    ``resource_type`` (``TOPIC``, ``CLUSTER``, ``TRANSACTIONAL_ID``), ``resource`` and its
+    ``pattern`` (``LITERAL``/``PREFIXED``), from ``host``."""
+
+    principal: str
+    operation: str
+    permission: str
+    resource_type: str
+    resource: str
+    pattern: str = "LITERAL"
+    host: str = "*"
+
+    @property
+    def name(self) -> str:
+        return (
+            f"acl {self.permission} {self.operation} on {self.resource_type}:{self.resource}"
+            f"{'' if self.pattern == 'LITERAL' else f' ({self.pattern})'} for {self.principal}"
+            f"{'' if self.host == '*' else f' from {self.host}'}"
+        )
+
+
+Control = QuotaKey | AclBinding
+
+
+class Controls:
+    """The controls of one cluster, through one admin client (``store/kafka.py``'s
+    ``admin``). :meth:`read` and :meth:`write` take either kind of control."""
+
+    def __init__(self, options: dict, timeout_ms: int = 30_000):
+        self._admin = kafka_store.admin(options, request_timeout_ms=timeout_ms)
+        self._where = options["kafka.bootstrap.servers"]
+
+    def close(self) -> None:
+        self._admin.close()
+
+    def read(self, control: Control):
+        return self._read_quota(control) if isinstance(control, QuotaKey) else self._has_acl(control)
+
+    def write(self, control: Control, value) -> None:
+        """Set ``control`` to ``value``: a quota key to a float (None removes it), an ACL
+        binding present (True) or absent (False)."""
+        if isinstance(control, QuotaKey):
+            self._write_quota(control, value)
+        elif value:
+            self._create_acl(control)
+        else:
+            self._delete_acl(control)
+
+    # -- quotas ------------------------------------------------------------------------
+    def _send(self, request, what: str):
+        try:
+            return self._admin._manager.run(self._admin._manager.send, request)
+        except Exception as exc:  # kafka-python raises several kinds here
+            raise ControlError(
+                f"Kafka at {self._where} did not {what}: {type(exc).__name__}: {exc}"
+            ) from None
+
+    def quotas(self, entity_type: str, entity: str) -> dict[str, float]:
+        """Every key of one quota entity (exact match, that entity alone)."""
+        from kafka.protocol.admin import DescribeClientQuotasRequest
+
+        component = DescribeClientQuotasRequest.ComponentData(
+            entity_type=entity_type, match_type=0, match=entity
+        )
+        request = DescribeClientQuotasRequest(components=[component], strict=True)
+        response = self._send(request, f"describe the quotas of {entity_type}={entity}")
+        _check(response, f"describe the quotas of {entity_type}={entity}")
+        out: dict[str, float] = {}
+        for entry in response.entries or []:
+            if [(e.entity_type, e.entity_name) for e in entry.entity] == [(entity_type, entity)]:
+                out.update({v.key: v.value for v in entry.values})
+        return out
+
+    def _read_quota(self, key: QuotaKey) -> float | None:
+        return self.quotas(key.entity_type, key.entity).get(key.key)
+
+    def _write_quota(self, key: QuotaKey, value: float | None) -> None:
+        from kafka.protocol.admin import AlterClientQuotasRequest
+
+        entry = AlterClientQuotasRequest.EntryData(
+            entity=[
+                AlterClientQuotasRequest.EntryData.EntityData(
+                    entity_type=key.entity_type, entity_name=key.entity
+                )
+            ],
+            ops=[
+                AlterClientQuotasRequest.EntryData.OpData(
+                    key=key.key, value=0.0 if value is None else float(value), remove=value is None
+                )
+            ],
+        )
+        what = f"set {key.name} to {value}" if value is not None else f"remove {key.name}"
+        response = self._send(AlterClientQuotasRequest(entries=[entry], validate_only=False), what)
+        for result in response.entries or []:
+            _check(result, what)
+
+    # -- ACLs --------------------------------------------------------------------------
+    def _acl(self, binding: AclBinding):
+        from kafka.admin import (
+            ACL,
+            ACLOperation,
+            ACLPermissionType,
+            ACLResourcePatternType,
+            ResourcePattern,
+            ResourceType,
+        )
+
+        pattern = ResourcePattern(
+            ResourceType[binding.resource_type],
+            binding.resource,
+            ACLResourcePatternType[binding.pattern],
+        )
+        return ACL(
+            binding.principal,
+            binding.host,
+            ACLOperation[binding.operation],
+            ACLPermissionType[binding.permission],
+            pattern,
+        )
+
+    def _has_acl(self, binding: AclBinding) -> bool:
+        from kafka.admin import ACLFilter
+
+        acl = self._acl(binding)
+        wanted = ACLFilter(acl.principal, acl.host, acl.operation, acl.permission_type, acl.resource_pattern)
+        try:
+            found, error = self._admin.describe_acls(wanted)
+        except Exception as exc:  # kafka-python raises several kinds here
+            raise ControlError(f"Kafka at {self._where} did not describe {binding.name}: {exc}") from None
+        if getattr(error, "errno", 0):
+            raise ControlError(f"Kafka at {self._where} refused to describe {binding.name}: {error}")
+        return any(_same(a, acl) for a in found)
+
+    def _create_acl(self, binding: AclBinding) -> None:
+        try:
+            result = self._admin.create_acls([self._acl(binding)])
+        except Exception as exc:  # kafka-python raises several kinds here
+            raise ControlError(f"Kafka at {self._where} did not create {binding.name}: {exc}") from None
+        if result.get("failed"):
+            _, error = result["failed"][0]
+            raise ControlError(f"Kafka at {self._where} refused to create {binding.name}: {error}")
+
+    def _delete_acl(self, binding: AclBinding) -> None:
+        from kafka.admin import ACLFilter
+
+        acl = self._acl(binding)
+        exact = ACLFilter(acl.principal, acl.host, acl.operation, acl.permission_type, acl.resource_pattern)
+        try:
+            results = self._admin.delete_acls([exact])
+        except Exception as exc:  # kafka-python raises several kinds here
+            raise ControlError(f"Kafka at {self._where} did not delete {binding.name}: {exc}") from None
+        for _, _, error in results:
+            if getattr(error, "errno", 0):
+                raise ControlError(f"Kafka at {self._where} refused to delete {binding.name}: {error}")
+
+
+def _same(a, b) -> bool:
+    return (
+        a.principal == b.principal
+        and a.host == b.host
+        and a.operation == b.operation
+        and a.permission_type == b.permission_type
+        and a.resource_pattern.resource_type == b.resource_pattern.resource_type
+        and a.resource_pattern.resource_name == b.resource_pattern.resource_name
+        and a.resource_pattern.pattern_type == b.resource_pattern.pattern_type
+    )
+
+
+def _check(result, what: str) -> None:
+    code = getattr(result, "error_code", 0)
+    if code:
+        from kafka.errors import for_code
+
+        message = getattr(result, "error_message", None) or for_code(code).__name__
+        raise ControlError(f"Kafka refused to {what}: {message} (error {code})")

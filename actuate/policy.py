@@ -1,0 +1,68 @@
+"""Which principals to act on, and which to let go: pure, clock-free (``now_ms`` is a
+parameter), as ``quota/`` is.
+
+A principal is **acted on** while pidquota throttles it, and for ``hold_ms`` after its
+throttle ends; then the action is undone. ``throttled`` maps each principal that a batch
+throttled to the wall-clock ms its throttle ends (the batch's time plus the user's
+``throttle_time_ms``); ``acted`` maps each principal acted on to the ms its action ends.
+
+Rails: a principal on the ``allow`` list is never acted on (the brokers' own principal,
+admins); at most ``cap`` principals are acted on at once, the others are reported
+``capped`` and tried again at the next batch.
+
+Worked example: hold 60 s, cap 2. At t=0 ``User:a`` is throttled until t=5 s and
+``User:b`` until t=2 s: both are applied, ``a`` until 65 s and ``b`` until 62 s. At t=10 s
+``User:c`` is throttled too: capped (2 already). At t=63 s nothing is throttled: ``b`` is
+undone, ``a`` is kept; at t=66 s ``a`` is undone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Rails:
+    hold_ms: int
+    cap: int
+    allow: frozenset[str] = frozenset()
+
+
+@dataclass
+class Plan:
+    """What to do now: ``apply`` and ``extend`` map principals to their new end (ms),
+    ``undo`` lists principals whose action ended, ``skipped`` says why a throttled
+    principal is left alone (``allow-list`` or ``capped``)."""
+
+    apply: dict[str, int] = field(default_factory=dict)
+    extend: dict[str, int] = field(default_factory=dict)
+    undo: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def plan(throttled: Mapping[str, int], acted: Mapping[str, int], now_ms: int, rails: Rails) -> Plan:
+    """The actions for ``now_ms`` (see the module docstring)."""
+    out = Plan()
+    for principal, until in acted.items():
+        end = max(until, throttled.get(principal, until - rails.hold_ms) + rails.hold_ms)
+        if principal in rails.allow or end <= now_ms:
+            out.undo.append(principal)  # an allow-listed principal acted on before the list said so
+        elif end > until:
+            out.extend[principal] = end
+    room = rails.cap - (len(acted) - len(out.undo))
+    for principal in sorted(throttled, key=lambda p: (-throttled[p], p)):
+        end = throttled[principal] + rails.hold_ms
+        if principal in acted:
+            continue
+        if principal in rails.allow:
+            out.skipped[principal] = "allow-list"
+        elif end <= now_ms:
+            continue
+        elif room <= 0:
+            out.skipped[principal] = "capped"
+        else:
+            out.apply[principal] = end
+            room -= 1
+    out.undo.sort()
+    return out

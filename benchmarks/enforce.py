@@ -1,0 +1,288 @@
+"""What each of Kafka's own controls does to a PID flood, measured on Apache Kafka itself.
+
+    python benchmarks/enforce.py [--phase 30] [--mechanisms none,request-quota,deny-writes,...]
+
+Starts a fresh one-node broker (scripts/kafka_broker.py: SASL/PLAIN users, the
+StandardAuthorizer, ``allow.everyone.if.no.acl.found=true``, the request log at DEBUG) and
+runs, as real clients on its SASL listener, side by side:
+
+- as ``User:crash-loop``, the offender: a kafka-python crash loop (``crash-py``), a
+  librdkafka crash loop (``crash-rd``), a producer per batch of 10 (``per-batch``), a
+  producer that starts anew on each error (``per-error``: every 20th record is too large
+  for its topic), and a steady kafka-python producer (``steady-same``);
+- as ``User:steady``, a steady kafka-python producer (``steady-other``).
+
+For each mechanism: ``--phase`` seconds before, then the actuator applies it to the
+offender (``actuate/``, on the real controls), ``--phase`` seconds during, then it lifts it
+and checks the controls are as before. Prints, per mechanism and client, the PIDs the broker
+granted per minute (its request log: INIT_PRODUCER_ID completions with a producer id) and
+the steady producers' acknowledged records per second, before and during; then the table as
+markdown for docs/enforcing.md.
+
+Mechanisms: ``none``; ``request-quota`` (``request_percentage`` 1 on the user);
+``deny-writes`` (the circuit breaker: DENY IDEMPOTENT_WRITE on the cluster and WRITE on
+every topic and transactional id); ``deny-new-pids`` (DENY IDEMPOTENT_WRITE on the cluster
+and WRITE on the topic ``hardcode``: see docs/enforcing.md); ``connection-rate``
+(``connection_creation_rate`` 1/s on the clients' address, 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # scripts.*
+sys.path.insert(0, str(ROOT / "tests"))  # harness.clients: librdkafka
+
+from pidquota.actuate.actuator import Actuator  # noqa: E402
+from pidquota.actuate.controls import AclBinding, Controls, QuotaKey  # noqa: E402
+from pidquota.actuate.journal import Journal  # noqa: E402
+from pidquota.actuate.mechanisms import CLUSTER, Mechanism, deny_writes, request_quota  # noqa: E402
+from pidquota.actuate.policy import Rails  # noqa: E402
+from scripts.kafka_broker import Cluster  # noqa: E402
+
+OFFENDER, STEADY = "crash-loop", "steady"
+CLIENTS = ("crash-py", "crash-rd", "per-batch", "per-error", "steady-same", "steady-other")
+
+
+def mechanisms() -> dict[str, Mechanism | None]:
+    def deny_new_pids(principal):
+        return [
+            (AclBinding(principal, "IDEMPOTENT_WRITE", "DENY", "CLUSTER", CLUSTER), True),
+            (AclBinding(principal, "WRITE", "DENY", "TOPIC", "hardcode"), True),
+        ]
+
+    return {
+        "none": None,
+        "request-quota": request_quota(1.0),
+        "deny-writes": deny_writes(),
+        "deny-new-pids": Mechanism("deny-new-pids", deny_new_pids),
+        "connection-rate": Mechanism(
+            "connection-rate", lambda p: [(QuotaKey("ip", "127.0.0.1", "connection_creation_rate"), 1.0)]
+        ),
+    }
+
+
+class Load:
+    """The clients, each in a thread, until :meth:`stop`; ``acked`` counts each steady
+    producer's acknowledged records, ``errors`` each client's errors."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster, self.stop_flag = cluster, threading.Event()
+        self.acked, self.errors = Counter(), Counter()
+        self.threads = [threading.Thread(target=self._guard, args=(c,), daemon=True) for c in CLIENTS]
+
+    def start(self) -> Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        for t in self.threads:
+            t.join(60)
+
+    def _options(self, user: str) -> dict:
+        return {
+            "kafka.bootstrap.servers": self.cluster.sasl_bootstrap,
+            "kafka.security.protocol": "SASL_PLAINTEXT",
+            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.username": user,
+            "kafka.sasl.password": self.cluster.users[user],
+        }
+
+    def _kafka_python(self, user: str, client: str, **extra):
+        from pidquota.store.kafka import producer
+
+        return producer(self._options(user), client_id=client, linger_ms=5, **extra)
+
+    def _guard(self, client: str) -> None:
+        while not self.stop_flag.is_set():
+            try:
+                getattr(self, "_" + client.replace("-", "_"))(client)
+            except Exception:  # a refused or throttled client starts again, as an application would
+                self.errors[client] += 1
+                time.sleep(0.05)
+
+    def _once(self, producer, topic: str, n: int, size: int = 10) -> None:
+        try:
+            for _ in range(n):
+                producer.send(topic, value=b"x" * size)
+            producer.flush()
+        finally:
+            producer.close()
+
+    def _crash_py(self, client: str) -> None:
+        self._once(self._kafka_python(OFFENDER, client), "bench", 1)
+
+    def _crash_rd(self, client: str) -> None:
+        from harness.clients import ConfluentProducer
+
+        users = self.cluster.users
+        p = ConfluentProducer(
+            self.cluster.sasl_bootstrap,
+            **{
+                "client.id": client,
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": OFFENDER,
+                "sasl.password": users[OFFENDER],
+                "message.timeout.ms": 10_000,
+            },
+        )
+        self._once(p, "bench", 1)
+
+    def _per_batch(self, client: str) -> None:
+        self._once(self._kafka_python(OFFENDER, client), "bench", 10)
+
+    def _per_error(self, client: str) -> None:
+        p = self._kafka_python(OFFENDER, client, retries=0)
+        try:
+            for i in range(1, 10_000):
+                if self.stop_flag.is_set():
+                    return
+                p.send("small", value=b"x" * (2000 if i % 20 == 0 else 10)).get(timeout=10)
+        finally:
+            p.close()
+
+    def _steady(self, user: str, client: str) -> None:
+        p = self._kafka_python(user, client)
+        try:
+            while not self.stop_flag.is_set():
+                p.send("bench", value=b"y" * 10).get(timeout=10)
+                self.acked[client] += 1
+                time.sleep(0.01)
+        finally:
+            p.close()
+
+    def _steady_same(self, client: str) -> None:
+        self._steady(OFFENDER, client)
+
+    def _steady_other(self, client: str) -> None:
+        self._steady(STEADY, client)
+
+
+_INIT = re.compile(r'"requestApiKeyName":"INIT_PRODUCER_ID"')
+
+
+def granted(log: Path, since: float, until: float) -> Counter:
+    """PIDs granted per client id between two wall-clock times (s), from the request log."""
+    out: Counter = Counter()
+    for line in log.read_text(errors="replace").splitlines():
+        if not _INIT.search(line):
+            continue
+        at = time.mktime(
+            time.strptime(line[1:20], "%Y-%m-%d %H:%M:%S")
+        )  # the broker's local time, to the second
+        if not since <= at < until:
+            continue
+        body = json.loads(line[line.index("{") : line.rindex("}") + 1])
+        pid = (body.get("response") or {}).get("producerId", -1)
+        if pid >= 0:
+            out[body["requestHeader"].get("clientId") or "?"] += 1
+    return out
+
+
+def phase(load: Load, seconds: float) -> tuple[float, float, Counter]:
+    start, before = time.time(), Counter(load.acked)
+    time.sleep(seconds)
+    return start, time.time(), load.acked - before
+
+
+def measure(cluster: Cluster, name: str, mechanism: Mechanism | None, seconds: float, log: Path) -> dict:
+    options = {"kafka.bootstrap.servers": cluster.bootstrap}
+    controls = Controls(options)
+    journal = Journal(options, f"bench-journal-{name}")
+    journal.ensure()
+    load = Load(cluster).start()
+    time.sleep(5)  # the clients connect
+    b0, b1, acked_before = phase(load, seconds)
+    actuator = None
+    if mechanism is not None:
+        actuator = Actuator(mechanism, Rails(hold_ms=3_600_000, cap=10), controls, journal)
+        rows = actuator({f"User:{OFFENDER}": int(time.time() * 1000) + 60_000})
+        print(f"  {name}: " + "; ".join(f"{r.action} {r.control}" for r in rows), flush=True)
+    time.sleep(2)  # the brokers apply it
+    d0, d1, acked_during = phase(load, seconds)
+    exact = True
+    if actuator is not None:
+        before = {c: r.before for c, r in zip(mechanism.controls(f"User:{OFFENDER}"), rows, strict=True)}
+        actuator.lift_all()
+        exact = all(controls.read(c) == was for (c, _), was in before.items())
+    load.stop()
+    controls.close()
+    journal.close()
+    g_before, g_during = granted(log, b0, b1), granted(log, d0, d1)
+    per_min = lambda n, a, b: n * 60 / (b - a)  # noqa: E731
+    return {
+        "mechanism": name,
+        "undone_exactly": exact,
+        "pids_per_min": {
+            c: (round(per_min(g_before[c], b0, b1)), round(per_min(g_during[c], d0, d1))) for c in CLIENTS[:5]
+        },
+        "acked_per_s": {
+            c: (round(acked_before[c] / (b1 - b0), 1), round(acked_during[c] / (d1 - d0), 1))
+            for c in CLIENTS[4:]
+        },
+        "errors": dict(load.errors),
+    }
+
+
+def markdown(results: list[dict]) -> str:
+    head = (
+        "| mechanism | "
+        + " | ".join(f"{c} PIDs/min" for c in CLIENTS[:4])
+        + " | steady-same rec/s | steady-other rec/s |"
+    )
+    lines = [head, "|" + "---|" * (len(CLIENTS) + 1)]
+    for r in results:
+        cells = [f"{a} → {b}" for a, b in (r["pids_per_min"][c] for c in CLIENTS[:4])]
+        cells += [f"{a} → {b}" for a, b in (r["acked_per_s"][c] for c in CLIENTS[4:])]
+        lines.append(f"| {r['mechanism']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--phase", type=float, default=30.0, help="seconds before, and during (30)")
+    parser.add_argument("--mechanisms", default=",".join(mechanisms()), help="comma-separated")
+    args = parser.parse_args()
+    chosen = {n: mechanisms()[n] for n in args.mechanisms.split(",")}
+    with tempfile.TemporaryDirectory(prefix="pidquota-enforce-") as tmp:
+        cluster = Cluster(Path(tmp), size=1)
+        cluster.start()
+        try:
+            from kafka.admin import NewTopic
+
+            from pidquota.store.kafka import admin
+
+            a = admin({"kafka.bootstrap.servers": cluster.bootstrap})
+            a.create_topics(
+                [
+                    NewTopic("bench", 3, 1),
+                    NewTopic("small", 1, 1, topic_configs={"max.message.bytes": "1000"}),
+                ]
+            )
+            a.close()
+            log = cluster.nodes[0].request_log
+            results = []
+            for name, mechanism in chosen.items():
+                results.append(measure(cluster, name, mechanism, args.phase, log))
+                print(json.dumps(results[-1]), flush=True)
+        finally:
+            cluster.stop()
+    print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()

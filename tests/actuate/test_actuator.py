@@ -1,0 +1,186 @@
+"""actuate/: the actuator on a real Apache Kafka broker (the session's): Kafka's controls
+read and set, the journal topic, exact undo, an operator's own values and ACLs left alone,
+and a restart that reconciles the journal with the cluster.
+
+Each test acts on users of its own and a journal topic of its own."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from pidquota.actuate.actuator import Actuator
+from pidquota.actuate.controls import AclBinding, Controls, QuotaKey
+from pidquota.actuate.journal import Entry, Journal
+from pidquota.actuate.mechanisms import deny_writes, request_quota
+from pidquota.actuate.policy import Rails
+
+pytestmark = pytest.mark.kafka
+
+HOLD = 60_000
+RAILS = Rails(hold_ms=HOLD, cap=10)
+T0 = 1_900_000_000.0  # the tests' wall clock, in seconds
+
+
+class Clock:
+    def __init__(self, t: float = T0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def cluster(kafka):
+    options = {"kafka.bootstrap.servers": kafka.bootstrap}
+    controls = Controls(options)
+    journal = Journal(options, f"journal-{uuid.uuid4().hex[:8]}")
+    journal.ensure()
+    yield controls, journal, options
+    journal.close()
+    controls.close()
+
+
+def _user() -> str:
+    return f"u{uuid.uuid4().hex[:8]}"
+
+
+def test_a_quota_key_is_set_read_and_removed_alone(cluster):
+    controls, _, _ = cluster
+    user = _user()
+    rate, percent = QuotaKey("user", user, "producer_byte_rate"), QuotaKey("user", user, "request_percentage")
+    assert controls.read(percent) is None
+    controls.write(rate, 1000.0)
+    controls.write(percent, 1.0)
+    assert controls.quotas("user", user) == {"producer_byte_rate": 1000.0, "request_percentage": 1.0}
+    controls.write(percent, None)
+    assert controls.quotas("user", user) == {"producer_byte_rate": 1000.0}
+
+
+def test_an_acl_is_created_and_deleted_exactly(cluster):
+    controls, _, _ = cluster
+    principal = f"User:{_user()}"
+    ours = AclBinding(principal, "WRITE", "DENY", "TOPIC", "*")
+    near = AclBinding(principal, "WRITE", "DENY", "TOPIC", "orders")  # the operator's, alike but not the same
+    controls.write(near, True)
+    assert controls.read(ours) is False
+    controls.write(ours, True)
+    assert controls.read(ours) is True
+    controls.write(ours, False)
+    assert controls.read(ours) is False and controls.read(near) is True
+
+
+def test_undo_puts_the_operators_quota_back_and_removes_only_pidquotas_key(cluster):
+    controls, journal, _ = cluster
+    alice, bob = _user(), _user()
+    controls.write(QuotaKey("user", alice, "request_percentage"), 200.0)
+    controls.write(QuotaKey("user", alice, "producer_byte_rate"), 5000.0)
+    clock = Clock()
+    actuator = Actuator(request_quota(1.0), RAILS, controls, journal, clock)
+    rows = actuator({f"User:{alice}": int(T0 * 1000) + 5000, f"User:{bob}": int(T0 * 1000) + 5000})
+    assert {(r.principal, r.action, r.before, r.value) for r in rows} == {
+        (f"User:{alice}", "apply", 200.0, 1.0),
+        (f"User:{bob}", "apply", None, 1.0),
+    }
+    assert controls.quotas("user", alice) == {"request_percentage": 1.0, "producer_byte_rate": 5000.0}
+    assert controls.quotas("user", bob) == {"request_percentage": 1.0}
+    assert {e.principal for e in journal.load().values()} == {f"User:{alice}", f"User:{bob}"}
+
+    clock.t += 30
+    assert actuator({}) == []  # held
+    clock.t += 40  # throttle end (5 s) + hold (60 s) passed
+    rows = actuator({})
+    assert {(r.principal, r.action, r.value) for r in rows} == {
+        (f"User:{alice}", "undo", 200.0),
+        (f"User:{bob}", "undo", None),
+    }
+    assert controls.quotas("user", alice) == {"request_percentage": 200.0, "producer_byte_rate": 5000.0}
+    assert controls.quotas("user", bob) == {}
+    assert journal.load() == {}
+
+
+def test_a_value_the_operator_changed_meanwhile_is_left_and_said(cluster):
+    controls, journal, _ = cluster
+    carol = _user()
+    clock = Clock()
+    actuator = Actuator(request_quota(1.0), RAILS, controls, journal, clock)
+    actuator({f"User:{carol}": int(T0 * 1000)})
+    controls.write(QuotaKey("user", carol, "request_percentage"), 50.0)  # the operator, by hand
+    clock.t += 61
+    [row] = actuator({})
+    assert row.action == "left" and row.value == 50.0 and "left as it is" in row.note
+    assert controls.quotas("user", carol) == {"request_percentage": 50.0}
+    assert journal.load() == {}
+
+
+def test_a_quota_the_operator_set_stricter_is_kept_and_not_journalled(cluster):
+    controls, journal, _ = cluster
+    dan = _user()
+    controls.write(QuotaKey("user", dan, "request_percentage"), 0.5)
+    actuator = Actuator(request_quota(1.0), RAILS, controls, journal, Clock())
+    [row] = actuator({f"User:{dan}": int(T0 * 1000)})
+    assert row.action == "keep" and row.value == 0.5
+    assert journal.load() == {}
+    assert controls.quotas("user", dan) == {"request_percentage": 0.5}
+
+
+def test_an_acl_the_operator_already_had_is_never_created_nor_deleted(cluster):
+    controls, journal, _ = cluster
+    principal = f"User:{_user()}"
+    theirs = AclBinding(principal, "WRITE", "DENY", "TOPIC", "*")
+    controls.write(theirs, True)
+    clock = Clock()
+    actuator = Actuator(deny_writes(), RAILS, controls, journal, clock)
+    rows = actuator({principal: int(T0 * 1000)})
+    assert {r.control: r.action for r in rows} == {
+        c.name: ("keep" if c == theirs else "apply") for c, _ in deny_writes().controls(principal)
+    }
+    assert theirs not in journal.load() and len(journal.load()) == 2
+    assert all(controls.read(c) for c, _ in deny_writes().controls(principal))
+    clock.t += 61
+    assert sorted(r.action for r in actuator({})) == ["undo", "undo"]
+    assert controls.read(theirs) is True
+    assert [controls.read(c) for c, _ in deny_writes().controls(principal) if c != theirs] == [False, False]
+
+
+def test_a_restart_undoes_what_expired_keeps_what_is_current_and_finishes_a_half_done_change(cluster):
+    controls, journal, options = cluster
+    short, long_, half = _user(), _user(), _user()
+    clock = Clock()
+    first = Actuator(request_quota(1.0), RAILS, controls, journal, clock)
+    now = int(T0 * 1000)
+    first({f"User:{short}": now, f"User:{long_}": now + 600_000})
+    # a crash between the journal record and the change: the record is there, the quota is not
+    key = QuotaKey("user", half, "request_percentage")
+    journal.write(Entry(key, f"User:{half}", None, 1.0, now + 600_000))
+    del first  # kill -9: nothing undone
+
+    clock.t += 120  # past the short one's throttle and hold
+    second = Actuator(request_quota(1.0), RAILS, Controls(options), Journal(options, journal.topic), clock)
+    rows = {r.principal: r for r in second.reconcile()}
+    assert rows[f"User:{short}"].action == "undo"
+    assert rows[f"User:{long_}"].action == "keep"
+    assert rows[f"User:{half}"].action == "apply" and "set again" in rows[f"User:{half}"].note
+    assert controls.quotas("user", short) == {}
+    assert controls.quotas("user", long_) == {"request_percentage": 1.0}
+    assert controls.quotas("user", half) == {"request_percentage": 1.0}
+    assert set(second.acted) == {f"User:{long_}", f"User:{half}"}
+
+    lifted = second.lift_all()
+    assert sorted(r.action for r in lifted) == ["undo", "undo"]
+    assert controls.quotas("user", long_) == {} and controls.quotas("user", half) == {}
+    assert journal.load() == {}
+
+
+def test_a_dry_run_changes_nothing(cluster):
+    controls, _, _ = cluster
+    erin = _user()
+    clock = Clock()
+    actuator = Actuator(request_quota(1.0), RAILS, clock=clock)
+    [row] = actuator({f"User:{erin}": int(T0 * 1000)})
+    assert row.action == "apply" and row.dry_run
+    assert controls.quotas("user", erin) == {}
+    clock.t += 61
+    [row] = actuator({})
+    assert row.action == "undo" and row.dry_run

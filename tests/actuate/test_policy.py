@@ -1,0 +1,44 @@
+"""actuate/policy.py: who is acted on, for how long, and the rails (pure, clock-free)."""
+
+from pidquota.actuate.policy import Rails, plan
+
+S = 1000
+RAILS = Rails(hold_ms=60 * S, cap=2)
+
+
+def test_the_docstring_example():
+    first = plan({"User:a": 5 * S, "User:b": 2 * S}, {}, 0, RAILS)
+    assert first.apply == {"User:a": 65 * S, "User:b": 62 * S} and not first.undo
+    acted = dict(first.apply)
+    later = plan({"User:c": 15 * S}, acted, 10 * S, RAILS)
+    assert later.skipped == {"User:c": "capped"} and not later.apply and not later.undo
+    assert plan({}, acted, 63 * S, RAILS).undo == ["User:b"]
+    assert plan({}, {"User:a": 65 * S}, 66 * S, RAILS).undo == ["User:a"]
+
+
+def test_a_throttle_that_goes_on_extends_the_action():
+    out = plan({"User:a": 100 * S}, {"User:a": 65 * S}, 50 * S, RAILS)
+    assert out.extend == {"User:a": 160 * S} and not out.undo and not out.apply
+
+
+def test_an_action_is_not_shortened_by_a_shorter_throttle():
+    out = plan({"User:a": 1 * S}, {"User:a": 65 * S}, 50 * S, RAILS)
+    assert not out.extend and not out.undo
+
+
+def test_the_allow_list_is_never_acted_on_and_what_it_holds_is_undone():
+    rails = Rails(hold_ms=60 * S, cap=5, allow=frozenset({"User:admin"}))
+    out = plan({"User:admin": 9 * S}, {}, 0, rails)
+    assert out.skipped == {"User:admin": "allow-list"} and not out.apply
+    assert plan({}, {"User:admin": 99 * S}, 0, rails).undo == ["User:admin"]
+
+
+def test_a_throttle_long_over_with_its_hold_is_not_applied():
+    assert not plan({"User:a": 1 * S}, {}, 100 * S, RAILS).apply
+
+
+def test_the_cap_takes_the_longest_throttles_first_and_undos_make_room():
+    out = plan({"User:a": 5 * S, "User:b": 9 * S, "User:c": 7 * S}, {}, 0, RAILS)
+    assert set(out.apply) == {"User:b", "User:c"} and out.skipped == {"User:a": "capped"}
+    freed = plan({"User:a": 70 * S}, {"User:b": 62 * S, "User:c": 80 * S}, 63 * S, RAILS)
+    assert freed.undo == ["User:b"] and freed.apply == {"User:a": 130 * S}
