@@ -10,7 +10,11 @@ runs, as real clients on its SASL listener, side by side:
   librdkafka crash loop (``crash-rd``), a producer per batch of 10 (``per-batch``), a
   producer that starts anew on each error (``per-error``: every 20th record is too large
   for its topic), and a steady kafka-python producer (``steady-same``);
-- as ``User:steady``, a steady kafka-python producer (``steady-other``).
+- as ``User:steady``, a well-behaved user: a steady kafka-python producer
+  (``steady-other``) and a rolling deploy, a new producer every 2 s (``deploy-other``),
+  whose PIDs must keep coming.
+
+Each client runs in a process of its own.
 
 For each mechanism: ``--phase`` seconds before, then the actuator applies it to the
 offender (``actuate/``, on the real controls), ``--phase`` seconds during, then it lifts it
@@ -33,7 +37,6 @@ import json
 import re
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -50,7 +53,8 @@ from pidquota.actuate.policy import Rails  # noqa: E402
 from scripts.kafka_broker import Cluster  # noqa: E402
 
 OFFENDER, STEADY = "crash-loop", "steady"
-CLIENTS = ("crash-py", "crash-rd", "per-batch", "per-error", "steady-same", "steady-other")
+CLIENTS = ("crash-py", "crash-rd", "per-batch", "per-error", "deploy-other", "steady-same", "steady-other")
+PID_CLIENTS, STEADY_CLIENTS = CLIENTS[:5], CLIENTS[5:]
 
 
 def mechanisms() -> dict[str, Mechanism | None]:
@@ -72,23 +76,38 @@ def mechanisms() -> dict[str, Mechanism | None]:
 
 
 class Load:
-    """The clients, each in a thread, until :meth:`stop`; ``acked`` counts each steady
-    producer's acknowledged records, ``errors`` each client's errors."""
+    """The clients, each in a process of its own (so that one client's retries cannot slow
+    another's Python), until :meth:`stop`; ``acked`` counts each steady producer's
+    acknowledged records, ``errors`` each client's errors."""
 
     def __init__(self, cluster: Cluster):
-        self.cluster, self.stop_flag = cluster, threading.Event()
-        self.acked, self.errors = Counter(), Counter()
-        self.threads = [threading.Thread(target=self._guard, args=(c,), daemon=True) for c in CLIENTS]
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("fork")
+        self.cluster, self.stop_flag = cluster, ctx.Event()
+        self._acked = {c: ctx.Value("l", 0) for c in CLIENTS}
+        self._errors = {c: ctx.Value("l", 0) for c in CLIENTS}
+        self.procs = [ctx.Process(target=self._guard, args=(c,), daemon=True) for c in CLIENTS]
+
+    @property
+    def acked(self) -> Counter:
+        return Counter({c: v.value for c, v in self._acked.items()})
+
+    @property
+    def errors(self) -> Counter:
+        return Counter({c: v.value for c, v in self._errors.items() if v.value})
 
     def start(self) -> Load:
-        for t in self.threads:
-            t.start()
+        for p in self.procs:
+            p.start()
         return self
 
     def stop(self) -> None:
         self.stop_flag.set()
-        for t in self.threads:
-            t.join(60)
+        for p in self.procs:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
 
     def _options(self, user: str) -> dict:
         return {
@@ -109,7 +128,8 @@ class Load:
             try:
                 getattr(self, "_" + client.replace("-", "_"))(client)
             except Exception:  # a refused or throttled client starts again, as an application would
-                self.errors[client] += 1
+                with self._errors[client].get_lock():
+                    self._errors[client].value += 1
                 time.sleep(0.05)
 
     def _once(self, producer, topic: str, n: int, size: int = 10) -> None:
@@ -144,7 +164,7 @@ class Load:
         self._once(self._kafka_python(OFFENDER, client), "bench", 10)
 
     def _per_error(self, client: str) -> None:
-        p = self._kafka_python(OFFENDER, client, retries=0)
+        p = self._kafka_python(OFFENDER, client)  # a too-large record is not retried
         try:
             for i in range(1, 10_000):
                 if self.stop_flag.is_set():
@@ -158,10 +178,16 @@ class Load:
         try:
             while not self.stop_flag.is_set():
                 p.send("bench", value=b"y" * 10).get(timeout=10)
-                self.acked[client] += 1
+                with self._acked[client].get_lock():
+                    self._acked[client].value += 1
                 time.sleep(0.01)
         finally:
             p.close()
+
+    def _deploy_other(self, client: str) -> None:
+        """A well-behaved user's rolling deploy: a new producer every 2 s (its PIDs must go on)."""
+        self._once(self._kafka_python(STEADY, client), "bench", 5)
+        time.sleep(2)
 
     def _steady_same(self, client: str) -> None:
         self._steady(OFFENDER, client)
@@ -192,7 +218,7 @@ def granted(log: Path, since: float, until: float) -> Counter:
 
 
 def phase(load: Load, seconds: float) -> tuple[float, float, Counter]:
-    start, before = time.time(), Counter(load.acked)
+    start, before = time.time(), load.acked
     time.sleep(seconds)
     return start, time.time(), load.acked - before
 
@@ -226,26 +252,24 @@ def measure(cluster: Cluster, name: str, mechanism: Mechanism | None, seconds: f
         "mechanism": name,
         "undone_exactly": exact,
         "pids_per_min": {
-            c: (round(per_min(g_before[c], b0, b1)), round(per_min(g_during[c], d0, d1))) for c in CLIENTS[:5]
+            c: (round(per_min(g_before[c], b0, b1)), round(per_min(g_during[c], d0, d1))) for c in PID_CLIENTS
         },
         "acked_per_s": {
             c: (round(acked_before[c] / (b1 - b0), 1), round(acked_during[c] / (d1 - d0), 1))
-            for c in CLIENTS[4:]
+            for c in STEADY_CLIENTS
         },
         "errors": dict(load.errors),
     }
 
 
 def markdown(results: list[dict]) -> str:
-    head = (
-        "| mechanism | "
-        + " | ".join(f"{c} PIDs/min" for c in CLIENTS[:4])
-        + " | steady-same rec/s | steady-other rec/s |"
+    head = " | ".join(
+        ["mechanism", *(f"{c} PIDs/min" for c in PID_CLIENTS), *(f"{c} rec/s" for c in STEADY_CLIENTS)]
     )
-    lines = [head, "|" + "---|" * (len(CLIENTS) + 1)]
+    lines = [f"| {head} |", "|" + "---|" * (len(CLIENTS) + 1)]
     for r in results:
-        cells = [f"{a} → {b}" for a, b in (r["pids_per_min"][c] for c in CLIENTS[:4])]
-        cells += [f"{a} → {b}" for a, b in (r["acked_per_s"][c] for c in CLIENTS[4:])]
+        cells = [f"{a} → {b}" for a, b in (r["pids_per_min"][c] for c in PID_CLIENTS)]
+        cells += [f"{a} → {b}" for a, b in (r["acked_per_s"][c] for c in STEADY_CLIENTS)]
         lines.append(f"| {r['mechanism']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
