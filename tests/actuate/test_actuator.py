@@ -31,19 +31,57 @@ class Clock:
         return self.t
 
 
+USERS: list[str] = []  # every user a test made up: its ACLs and quotas go at the end of the test
+
+
 @pytest.fixture
 def cluster(kafka):
+    """The session's broker, as the actuator sees it. Whatever ACL or quota a test leaves for
+    its users is removed afterwards: with allow.everyone.if.no.acl.found, one DENY on topic
+    ``*`` would close every topic to every other test's users (docs/enforcing.md)."""
     options = {"kafka.bootstrap.servers": kafka.bootstrap}
     controls = Controls(options)
     journal = Journal(options, f"journal-{uuid.uuid4().hex[:8]}")
     journal.ensure()
     yield controls, journal, options
     journal.close()
+    _forget(controls, kafka)
     controls.close()
 
 
+def _forget(controls: Controls, broker) -> None:
+    from kafka.admin import (
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePatternFilter,
+        ResourceType,
+    )
+
+    admin = broker.admin()
+    try:
+        for user in USERS:
+            for key in controls.quotas("user", user):
+                controls.write(QuotaKey("user", user, key), None)
+            everything = ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY)
+            admin.delete_acls(
+                [ACLFilter(f"User:{user}", None, ACLOperation.ANY, ACLPermissionType.ANY, everything)]
+            )
+            assert (
+                admin.describe_acls(
+                    ACLFilter(f"User:{user}", None, ACLOperation.ANY, ACLPermissionType.ANY, everything)
+                )[0]
+                == []
+            )
+    finally:
+        admin.close()
+        USERS.clear()
+
+
 def _user() -> str:
-    return f"u{uuid.uuid4().hex[:8]}"
+    USERS.append(f"u{uuid.uuid4().hex[:8]}")
+    return USERS[-1]
 
 
 def test_a_quota_key_is_set_read_and_removed_alone(cluster):
