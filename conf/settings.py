@@ -502,8 +502,8 @@ SETTINGS: tuple[Setting, ...] = (
         "~/.cache/pidquota/jvm",
         "Spark's JVM loads about 21,000 classes at every start; mapped from a class-data "
         "archive (Java's AppCDS, about 180 MB, written once by the first run's JVM as it "
-        "exits) `pidquota run --once` over 12 small files took 24.0 s instead of 30.9 s on "
-        "2 cores (3 runs each). Beside the Kafka jars' cache.",
+        "exits, checked before use) `pidquota run --once` over 12 small files took 28.2 s "
+        "instead of 33.7 s on 2 cores (4 runs each). Beside the Kafka jars' cache.",
         "A folder for the class-data archive of a Spark JVM pidquota starts itself "
         "(streaming/class_data.py): one per Java and Spark version, written when the first "
         "JVM exits, mapped by the next ones. Empty turns it off. Not used under "
