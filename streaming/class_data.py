@@ -129,6 +129,7 @@ def _maps(java: str, tmp: Path, class_path: str) -> bool:
                 class_path,
                 f"-XX:SharedArchiveFile={tmp}",
                 "-Xshare:on",
+                "-XX:ErrorFile=/dev/null",  # a truncated archive crashes this JVM: no hs_err file in the cwd
                 *QUIET.split(),
                 "-version",
             ],
