@@ -24,7 +24,18 @@ from pathlib import Path
 # pidquota's top-level subpackages: pyproject.toml's package-dir maps each to a folder of
 # the repository (a test keeps the two equal). The zip puts them all under pidquota/.
 ROOT_PACKAGE = "pidquota"
-SUBPACKAGES = ("conf", "bloom", "quota", "store", "actuate", "traffic", "streaming", "observe", "recommend", "cli")
+SUBPACKAGES = (
+    "conf",
+    "bloom",
+    "quota",
+    "store",
+    "actuate",
+    "traffic",
+    "streaming",
+    "observe",
+    "recommend",
+    "cli",
+)
 SHIPPED_SUFFIXES = (".py", ".properties", ".json")  # code, and pyproject.toml's package-data
 ZIP_NAME = "pidquota.zip"
 MAIN_NAME = "pidquota_main.py"
