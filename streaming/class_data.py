@@ -14,9 +14,11 @@ every start. Java 13+ can write the classes a JVM loaded to an archive when it e
   ``NAME-KEY.PID-RANDOM.tmp``, with the JVM's class path beside it (``.cp``).
 * **Checked before use.** Java crashes (SIGBUS) on a truncated archive, as a JVM killed
   while writing leaves. So a later start takes a temporary archive untouched for
-  :data:`WHOLE_AFTER_S`, maps it with ``java -Xshare:on -version`` on the same class path
-  (0.25 s), and renames it to ``NAME-KEY.jsa`` (atomic) only if that JVM started; else
-  deletes it.
+  :data:`WHOLE_AFTER_S`, maps it with ``java -Xshare:on -XX:+VerifySharedSpaces -version``
+  on the same class path (0.3 s; the checksums catch a corrupt archive too), and renames it
+  to ``NAME-KEY.jsa`` (atomic) only if that JVM started; else deletes it.
+* **Kept small:** the three newest archives per program name stay; an upgrade's older
+  ones go.
 * **Only a JVM pidquota starts itself** gets it: not spark-submit's, and not one given
   ``spark.driver.extraJavaOptions`` of the user's own.
 
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 WHOLE_AFTER_S = 20.0  # a JVM writes its archive in ~15 s without pause; untouched this long, it is done
+STARTED_WITHIN_S = 60.0  # a JVM whose class path was recorded this recently may still write one
 CHECK_TIMEOUT_S = 30.0
 QUIET = "-Xlog:cds=off,cds+dynamic=off"  # "skipping class X" lines, a refused archive
 
@@ -100,23 +103,52 @@ def _key(java: str, jars: Path) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _mtime(path: Path) -> float | None:
+    """``path``'s modification time, or None if another process removed it meanwhile."""
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
 def _promote(base: Path, key: str, archive: Path, java: str, now: float) -> bool:
     """Check and promote the temporary archives of ``key`` that are whole; True while one
-    is still being written (or waits for its check)."""
+    is still being written (or waits for its check), or a JVM that may write one started
+    less than :data:`STARTED_WITHIN_S` ago. Another process promoting or deleting the same
+    files meanwhile is no error."""
     pending = False
-    for tmp in sorted(base.glob(f"{key}.*.tmp"), key=lambda p: -p.stat().st_mtime):
-        if now - tmp.stat().st_mtime < WHOLE_AFTER_S:
+    temps = [(t, p) for p in base.glob(f"{key}.*.tmp") if (t := _mtime(p)) is not None]
+    for mtime, tmp in sorted(temps, key=lambda tp: -tp[0]):
+        if now - mtime < WHOLE_AFTER_S:
             pending = True
             continue
         class_path = tmp.with_suffix(".cp")
-        if not archive.exists() and class_path.is_file() and _maps(java, tmp, class_path.read_text()):
-            os.replace(tmp, archive)
+        try:
+            if not archive.exists() and class_path.is_file() and _maps(java, tmp, class_path.read_text()):
+                os.replace(tmp, archive)
+        except FileNotFoundError:
+            pass
         tmp.unlink(missing_ok=True)
         class_path.unlink(missing_ok=True)
-    for orphan in base.glob(f"{key}.*.cp"):  # a JVM that never wrote its archive (killed, or still running)
-        if not orphan.with_suffix(".tmp").exists() and now - orphan.stat().st_mtime > 7 * 86400:
+    for orphan in base.glob(f"{key}.*.cp"):  # a JVM that will write at its exit, or never (killed)
+        age = now - (_mtime(orphan) or now)
+        if orphan.with_suffix(".tmp").exists():
+            continue
+        if age < STARTED_WITHIN_S:
+            pending = True  # JVMs started together (a test's 3 brokers): one writes, not each
+        elif age > 7 * 86400:
             orphan.unlink(missing_ok=True)
+    _prune(base, key)
     return pending
+
+
+def _prune(base: Path, key: str, keep: int = 3) -> None:
+    """Archives of other Java or jar versions (an upgrade's leftovers, ~180 MB each): the
+    ``keep`` newest of the program's name stay."""
+    name = key.rsplit("-", 1)[0]
+    others = [(t, p) for p in base.glob(f"{name}-*.jsa") if p.stem != key and (t := _mtime(p)) is not None]
+    for _, old in sorted(others, key=lambda tp: -tp[0])[max(keep - 1, 0) :]:
+        old.unlink(missing_ok=True)
 
 
 def _maps(java: str, tmp: Path, class_path: str) -> bool:
@@ -129,7 +161,9 @@ def _maps(java: str, tmp: Path, class_path: str) -> bool:
                 class_path,
                 f"-XX:SharedArchiveFile={tmp}",
                 "-Xshare:on",
+                "-XX:+VerifySharedSpaces",  # its checksums: a corrupt (not only a short) archive fails
                 "-XX:ErrorFile=/dev/null",  # a truncated archive crashes this JVM: no hs_err file in the cwd
+                "-XX:-CreateCoredumpOnCrash",
                 *QUIET.split(),
                 "-version",
             ],

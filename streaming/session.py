@@ -176,7 +176,8 @@ def _gateway(driver_memory: str = "", class_cache: str = ""):
     launch = SparkConf(loadDefaults=False)
     given = launch_settings() if SparkContext._gateway is None else {}
     archive = class_data.Archive()
-    if SparkContext._gateway is None and "spark.driver.extraJavaOptions" not in given:
+    submitted = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))  # spark-submit's JVM runs already
+    if SparkContext._gateway is None and not submitted and "spark.driver.extraJavaOptions" not in given:
         archive = class_data.prepare(class_cache, find_java(), _spark_home() / "jars")
         options = f"-D{_LOG4J_PROPERTY}={LOG4J2.as_uri()} {archive.options}"
         launch.set("spark.driver.extraJavaOptions", options.strip())

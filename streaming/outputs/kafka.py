@@ -240,7 +240,6 @@ class KafkaOutput:
         return sent
 
     def _in_transaction(self, table: pa.Table, batch_id: int) -> dict[str, int]:
-        from kafka.errors import InvalidProducerEpochError, ProducerFencedError
         from kafka.structs import OffsetAndMetadata
 
         self.producer.begin_transaction()
@@ -249,7 +248,10 @@ class KafkaOutput:
             mark = {tp: OffsetAndMetadata(batch_id + 1, "", -1) for tp in self.markers}
             self._bounded(lambda: self.producer.send_offsets_to_transaction(mark, self.group()), batch_id)
             self._bounded(self.producer.commit_transaction, batch_id)
-        except (ProducerFencedError, InvalidProducerEpochError):
+        except Exception as exc:
+            if not _fenced(exc):
+                self._abort(batch_id)
+                raise
             self._unbind()
             raise FencedError(
                 f"batch {batch_id} not sent: another run of this query (transactional id "
@@ -371,3 +373,13 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             batchId,
             _total(messages),
         )
+
+
+def _fenced(exc: BaseException) -> bool:
+    """A newer run of the query fenced this producer: kafka-python raises the fencing error
+    itself, or, when its sender saw it first, a KafkaError that carries it ("Cannot perform
+    send because at least one previous transactional or idempotent request has failed")."""
+    from kafka.errors import InvalidProducerEpochError, ProducerFencedError
+
+    fencing = (ProducerFencedError, InvalidProducerEpochError)
+    return isinstance(exc, fencing) or any(isinstance(a, fencing) for a in getattr(exc, "args", ()))

@@ -60,6 +60,25 @@ def test_while_one_jvm_writes_the_archive_no_other_writes_one(tmp_path, jars):
     assert tmp.exists()
 
 
+def test_jvms_started_together_write_one_archive_not_one_each(tmp_path, jars):
+    first = _options(tmp_path, jars)  # a broker of a 3-broker test cluster
+    assert first.startswith("-XX:ArchiveClassesAtExit=")
+    assert _options(tmp_path, jars) == ""  # the next broker, a moment later
+    later = time.time() + class_data.STARTED_WITHIN_S + 1
+    assert _options(tmp_path, jars, later).startswith("-XX:ArchiveClassesAtExit=")  # the first never wrote
+
+
+def test_an_upgrades_old_archives_go_the_newest_stay(tmp_path, jars):
+    for i in range(5):
+        old = tmp_path / f"spark-{i:016x}.jsa"
+        old.write_bytes(b"x")
+        os.utime(old, (1_000_000 + i, 1_000_000 + i))
+    (tmp_path / "kafka-0000000000000000.jsa").write_bytes(b"x")  # another program's: not this one's to prune
+    _options(tmp_path, jars)
+    left = sorted(p.name for p in tmp_path.glob("*.jsa"))
+    assert left == ["kafka-0000000000000000.jsa", f"spark-{3:016x}.jsa", f"spark-{4:016x}.jsa"]
+
+
 def test_an_archive_that_java_cannot_map_is_deleted_not_used(tmp_path, jars):
     tmp = _written(tmp_path, jars, b"truncated: java would crash on it")
     options = _options(tmp_path, jars, time.time() + class_data.WHOLE_AFTER_S)
@@ -149,7 +168,17 @@ def test_a_spark_jvm_writes_the_archive_as_it_exits_and_the_next_one_maps_it_onc
     assert not mapped
     assert not list(Path.cwd().glob("hs_err_pid*.log"))  # the refused check's crash leaves no report
     _wait_gone(pid)
+    class_path = written().with_suffix(".cp").read_text()
     os.utime(written(), (old, old))
     _, mapped = start()
     assert mapped
-    assert [p.suffix for p in folder.iterdir()] == [".jsa"]
+    [archive] = folder.iterdir()
+    assert archive.suffix == ".jsa"
+    # a corrupt archive, not a short one (a disk's bad block): its checksums refuse it at the check
+    data = bytearray(archive.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 16384] = bytes(16384)
+    corrupt = tmp_path / "corrupt.jsa"
+    corrupt.write_bytes(bytes(data))
+    assert class_data._maps(find_java(), archive, class_path)
+    assert not class_data._maps(find_java(), corrupt, class_path)

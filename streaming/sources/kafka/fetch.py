@@ -183,8 +183,11 @@ def _fetch(conn: Connection, at: _Range) -> bytes | None:
         return data.records or b""
     except errors.KafkaError as exc:  # retriable: no connection, a timeout, a leader moving
         log.debug("fetching %s at %d: %s; retrying", at.name, at.pos, exc)
-        if isinstance(exc, errors.InvalidMetadataError):
-            conn.client.cluster.request_update()
+        if isinstance(exc, errors.InvalidMetadataError):  # fresh metadata before the next try: a
+            try:  # deleted topic is then seen as gone, not waited for as a broker that is down
+                conn.refresh()
+            except errors.KafkaError:
+                conn.client.cluster.request_update()
         time.sleep(RETRY_S)
         return b""
 
