@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pidquota.streaming import class_data
-from pidquota.streaming.session import find_java
+from pidquota.streaming.session import _spark_home, find_java
 
 
 @pytest.fixture
@@ -138,7 +138,7 @@ def _wait_gone(pid: int) -> None:
 @pytest.mark.e2e
 def test_a_spark_jvm_writes_the_archive_as_it_exits_and_the_next_one_maps_it_once_checked(tmp_path):
     """A whole archive is used; a truncated one (a JVM killed while writing it) would crash
-    Java: it is refused at the check and written anew."""
+    Java, and a corrupt one fails its checksums: both are refused at the check."""
     folder = tmp_path / "jvm"
     old = time.time() - class_data.WHOLE_AFTER_S
 
@@ -160,20 +160,19 @@ def test_a_spark_jvm_writes_the_archive_as_it_exits_and_the_next_one_maps_it_onc
     assert not mapped
     _wait_gone(pid)
     tmp = written()
-    whole = tmp.read_bytes()
-    tmp.chmod(0o644)
-    tmp.write_bytes(whole[: len(whole) // 2])
-    os.utime(tmp, (old, old))
-    pid, mapped = start()  # checked, refused, deleted; this JVM writes a whole one as it exits
-    assert not mapped
+    class_path, size = tmp.with_suffix(".cp").read_text(), tmp.stat().st_size
+    # beside it, what a JVM killed while writing leaves: half an archive (Java would crash on it)
+    short = tmp.with_name(tmp.name.replace(tmp.name.split(".")[1], "999-killed"))
+    short.write_bytes(tmp.read_bytes()[: tmp.stat().st_size // 2])
+    short.with_suffix(".cp").write_text(class_path)
+    for each in (tmp, short):
+        os.utime(each, (old, old))
+    class_data.prepare(str(folder), find_java(), _spark_home() / "jars")  # the next start's check
     assert not list(Path.cwd().glob("hs_err_pid*.log"))  # the refused check's crash leaves no report
-    _wait_gone(pid)
-    class_path = written().with_suffix(".cp").read_text()
-    os.utime(written(), (old, old))
+    [archive] = folder.iterdir()
+    assert archive.suffix == ".jsa" and archive.stat().st_size == size  # the whole one, checked
     _, mapped = start()
     assert mapped
-    [archive] = folder.iterdir()
-    assert archive.suffix == ".jsa"
     # a corrupt archive, not a short one (a disk's bad block): its checksums refuse it at the check
     data = bytearray(archive.read_bytes())
     middle = len(data) // 2
