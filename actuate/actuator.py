@@ -23,10 +23,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from pidquota.actuate.controls import AclBinding, Control, ControlError, QuotaKey
-from pidquota.actuate.journal import Entry, JournalError
+from pidquota.actuate.controls import AclBinding, Control, ControlError, QuotaKey, same_value, shown_value
+from pidquota.actuate.journal import SET, SETTING, UNDOING, Entry, JournalError
 from pidquota.actuate.mechanisms import Mechanism
 from pidquota.actuate.policy import Rails, plan
 
@@ -65,22 +65,25 @@ class Actuator:
         self.dry_run = controls is None
         self.entries: dict[Control, Entry] = {}  # what pidquota holds now (the journal's live records)
         self.acted: dict[str, int] = {}  # principal -> until_ms
+        self.theirs: set[Control] = set()  # controls of acted principals the operator set as strict
 
     def _now(self) -> int:
         return int(self.clock() * 1000)
 
     def reconcile(self) -> list[Action]:
-        """At start: undo what the journal holds whose time is up; keep (and re-set) the rest."""
+        """At start: undo what the journal holds whose time is up; keep (and re-set) the rest.
+        An undo that fails is kept, and tried again at the next batch."""
         if self.dry_run:
             return []
         now, rows = self._now(), []
         for entry in self.journal.load().values():
-            if entry.until_ms <= now:
-                rows.append(self._undo(entry, now))
-                continue
             self.entries[entry.control] = entry
             self.acted[entry.principal] = max(self.acted.get(entry.principal, 0), entry.until_ms)
-            rows.append(self._ensure(entry, now))
+        for entry in list(self.entries.values()):
+            rows.append(self._undo(entry, now) if entry.until_ms <= now else self._ensure(entry, now))
+        for principal in list(self.acted):
+            if not self._holds(principal):
+                self.acted.pop(principal)
         return rows
 
     def __call__(self, throttled: Mapping[str, int]) -> list[Action]:
@@ -94,10 +97,27 @@ class Actuator:
             rows += self._act(principal, until, now)
         for principal, until in todo.extend.items():
             rows += self._extend(principal, until, now)
+        if not self.dry_run:  # what an earlier batch could not set: tried again
+            for principal in sorted(set(self.acted) - set(todo.apply)):
+                rows += self._act(principal, self.acted[principal], now, missing_only=True)
         return rows
 
+    def lift_journal(self) -> list[Action]:
+        """Undo everything the journal holds, current or not (``pidquota actuator lift``, from
+        outside the run: it reads the journal, not this process's memory)."""
+        now = self._now()
+        self.entries = dict(self.journal.load())
+        rows = [self._undo(entry, now) for entry in list(self.entries.values())]
+        self.acted.clear()
+        return rows
+
+    def held(self) -> list[tuple[Entry, object]]:
+        """Each journal record with the control's value on the cluster now (``pidquota
+        actuator status``)."""
+        return [(e, self.controls.read(e.control)) for e in self.journal.load().values()]
+
     def lift_all(self) -> list[Action]:
-        """Undo everything pidquota holds now (``pidquota actuator lift``)."""
+        """Undo everything this actuator holds now (the run's end)."""
         now = self._now()
         rows = []
         for principal in sorted(self.acted):
@@ -105,10 +125,20 @@ class Actuator:
         return rows
 
     # -- one principal -----------------------------------------------------------------
-    def _act(self, principal: str, until: int, now: int) -> list[Action]:
-        rows = [self._apply(principal, c, ours, until, now) for c, ours in self.mechanism.controls(principal)]
-        if all(r.action != "failed" for r in rows):  # else the next batch tries them all again
-            self.acted[principal] = until
+    def _holds(self, principal: str) -> bool:
+        return any(e.principal == principal for e in self.entries.values())
+
+    def _act(self, principal: str, until: int, now: int, missing_only: bool = False) -> list[Action]:
+        """Apply the mechanism's controls; with ``missing_only``, those an earlier try did not
+        set. The principal is acted on from the first try: what fails is tried again at each
+        batch, and whatever was set is undone when its time is up."""
+        rows = []
+        for control, ours in self.mechanism.controls(principal):
+            held = self.entries.get(control)
+            if missing_only and (control in self.theirs or (held is not None and held.state != SETTING)):
+                continue
+            rows.append(self._apply(principal, control, ours, until, now))
+        self.acted[principal] = until
         return rows
 
     def _extend(self, principal: str, until: int, now: int) -> list[Action]:
@@ -116,7 +146,7 @@ class Actuator:
         self.acted[principal] = until
         for control, entry in list(self.entries.items()):
             if entry.principal == principal:
-                longer = Entry(control, principal, entry.before, entry.ours, until)
+                longer = replace(entry, until_ms=until)
                 try:
                     if not self.dry_run:
                         self.journal.write(longer)
@@ -127,24 +157,31 @@ class Actuator:
         return rows
 
     def _release(self, principal: str, now: int) -> list[Action]:
-        self.acted.pop(principal, None)
-        mine = [e for e in self.entries.values() if e.principal == principal]
+        """Undo the principal's controls; it stays acted on until every one is undone (a
+        failed undo is tried again at the next batch)."""
         if self.dry_run:
+            self.acted.pop(principal, None)
             return [
                 Action(now, principal, "undo", c.name, dry_run=True)
                 for c, _ in self.mechanism.controls(principal)
             ]
-        return [self._undo(entry, now) for entry in mine]
+        mine = [e for e in self.entries.values() if e.principal == principal]
+        rows = [self._undo(entry, now) for entry in mine]
+        if not self._holds(principal):
+            self.acted.pop(principal, None)
+            self.theirs -= {c for c, _ in self.mechanism.controls(principal)}
+        return rows
 
     # -- one control -------------------------------------------------------------------
     def _apply(self, principal: str, control: Control, ours, until: int, now: int) -> Action:
         if self.dry_run:
             return Action(now, principal, "apply", control.name, value=ours, until_ms=until, dry_run=True)
-        if control in self.entries:  # set by an earlier try whose other controls failed
-            return Action(now, principal, "keep", control.name, self.entries[control].before, ours, until)
+        if control in self.entries:
+            return self._ensure(self.entries[control], now)
         try:
             before = self.controls.read(control)
             if _as_strict(control, before, ours):
+                self.theirs.add(control)
                 return Action(
                     now,
                     principal,
@@ -155,23 +192,38 @@ class Actuator:
                     until,
                     note="the operator's own, as strict",
                 )
-            entry = Entry(control, principal, before, ours, until)
+            entry = Entry(control, principal, before, ours, until, SETTING)
             self.journal.write(entry)  # first: a crash after it is seen at the restart
             self.entries[control] = entry
             self.controls.write(control, ours)
+            self._journal(replace(entry, state=SET))
         except (ControlError, JournalError) as exc:
             return self._failed(principal, control, now, exc)
         return Action(now, principal, "apply", control.name, before, ours, until)
 
+    def _journal(self, entry: Entry) -> None:
+        """Record how far a change got; a record that is not written leaves the last one, which
+        a restart reads the safe way."""
+        try:
+            self.journal.write(entry)
+            self.entries[entry.control] = entry
+        except JournalError as exc:
+            log.warning("pidquota: actuator: %s (the change itself is made)", exc)
+
     def _ensure(self, entry: Entry, now: int) -> Action:
+        """A current record: pidquota's value on the cluster, or set again if a crash (or a
+        failed write) came before it was; an operator's value put back meanwhile is theirs."""
         try:
             current = self.controls.read(entry.control)
-            if _same(current, entry.ours):
+            if same_value(current, entry.ours):
+                if entry.state != SET:
+                    self._journal(replace(entry, state=SET))
                 return Action(
                     now, entry.principal, "keep", entry.control.name, entry.before, entry.ours, entry.until_ms
                 )
-            if _same(current, entry.before):
+            if same_value(current, entry.before) and entry.state == SETTING:
                 self.controls.write(entry.control, entry.ours)
+                self._journal(replace(entry, state=SET))
                 return Action(
                     now,
                     entry.principal,
@@ -187,35 +239,28 @@ class Actuator:
         return self._undo(entry, now)  # someone changed it meanwhile: theirs now
 
     def _undo(self, entry: Entry, now: int) -> Action:
+        """Put the operator's value back if pidquota's is still there, journalled ``undoing``
+        first; then a tombstone. A failure keeps the entry, for the next batch to try again."""
         control = entry.control
         try:
             current = self.controls.read(control)
-            if _same(current, entry.ours) and not _same(entry.ours, entry.before):
+            if same_value(current, entry.ours) and not same_value(entry.ours, entry.before):
+                if entry.state != UNDOING:
+                    entry = replace(entry, state=UNDOING)
+                    self.journal.write(entry)
+                    self.entries[control] = entry
                 self.controls.write(control, entry.before)
                 row = Action(now, entry.principal, "undo", control.name, current, entry.before)
-            elif _same(current, entry.before):
-                row = Action(
-                    now,
-                    entry.principal,
-                    "undo",
-                    control.name,
-                    current,
-                    current,
-                    note="already as the operator had it",
-                )
+            elif same_value(current, entry.before):
+                note = "already as the operator had it"
+                row = Action(now, entry.principal, "undo", control.name, current, current, note=note)
             else:
-                row = Action(
-                    now,
-                    entry.principal,
-                    "left",
-                    control.name,
-                    entry.ours,
-                    current,
-                    note=f"changed since pidquota set it (to {_shown(current)}): left as it is",
-                )
+                note = f"changed since pidquota set it (to {shown_value(current)}): left as it is"
+                row = Action(now, entry.principal, "left", control.name, entry.ours, current, note=note)
                 log.warning("pidquota: %s for %s %s", control.name, entry.principal, row.note)
             self.journal.remove(control)
         except (ControlError, JournalError) as exc:
+            self.entries[control] = entry
             return self._failed(entry.principal, control, now, exc)
         self.entries.pop(control, None)
         return row
@@ -225,12 +270,6 @@ class Actuator:
         return Action(now, principal, "failed", control.name, note=str(exc))
 
 
-def _same(a, b) -> bool:
-    if isinstance(a, float) or isinstance(b, float):
-        return a is not None and b is not None and abs(float(a) - float(b)) < 1e-9
-    return a == b
-
-
 def _as_strict(control: Control, before, ours) -> bool:
     """The operator's value already does what pidquota's would (a quota as low or lower,
     the same ACL)."""
@@ -238,7 +277,3 @@ def _as_strict(control: Control, before, ours) -> bool:
         return before is not None and float(before) <= float(ours)
     assert isinstance(control, AclBinding)
     return bool(before)
-
-
-def _shown(value) -> str:
-    return "absent" if value is None or value is False else str(value)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from dataclasses import asdict, dataclass
 
 from pidquota.actuate.controls import AclBinding, Control, QuotaKey
@@ -30,13 +31,26 @@ class JournalError(PidquotaError):
     """The journal topic could not be read or written."""
 
 
+SETTING, SET, UNDOING = "setting", "set", "undoing"
+
+
 @dataclass(frozen=True)
 class Entry:
+    """One control pidquota holds: ``before`` the operator's value, ``ours`` pidquota's, until
+    ``until_ms`` (wall clock), and how far the change got (``state``), each step journalled
+    before it is made: ``setting`` (pidquota's value may not be on the cluster yet), ``set``
+    (it is), ``undoing`` (the operator's may be back already).
+
+    Worked example: a restart finds ``setting`` with the cluster at ``before``: a crash came
+    between record and change, so pidquota sets it again. It finds ``set`` with the cluster at
+    ``before``: the operator put their value back meanwhile, so pidquota leaves it."""
+
     control: Control
     principal: str
     before: float | bool | None
     ours: float | bool | None
     until_ms: int
+    state: str = SET
 
     def to_json(self) -> bytes:
         kind = "quota" if isinstance(self.control, QuotaKey) else "acl"
@@ -95,7 +109,13 @@ class Journal:
             consumer.seek_to_beginning(part)
             end = consumer.end_offsets([part])[part]
             out: dict[Control, Entry] = {}
+            deadline = time.monotonic() + self.timeout_ms / 1000
             while consumer.position(part) < end:
+                if time.monotonic() > deadline:
+                    raise JournalError(
+                        f"the journal topic {self.topic!r} was not read to its end (offset {end}) "
+                        f"within {self.timeout_ms / 1000:g} s; is every broker up?"
+                    )
                 for records in consumer.poll(timeout_ms=1000).values():
                     for record in records:
                         self._read(record, out)
@@ -125,9 +145,9 @@ class Journal:
         self._send(control, None)
 
     def _send(self, control: Control, value: bytes | None) -> None:
-        if self._producer is None:
-            self._producer = kafka_store.producer(self.options, request_timeout_ms=self.timeout_ms)
         try:
+            if self._producer is None:
+                self._producer = kafka_store.producer(self.options, request_timeout_ms=self.timeout_ms)
             self._producer.send(self.topic, key=_key(control), value=value).get(
                 timeout=self.timeout_ms / 1000
             )

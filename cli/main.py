@@ -1,17 +1,29 @@
 """``pidquota``: the command line's entry (the console script, ``python -m pidquota`` and
 spark-submit's entry script). One module per command: ``pidquota.cli.run``, ``.package``,
-``.recommend``, ``.report``, ``.generate``, ``.blocks``, ``.configs``, ``.status``."""
+``.recommend``, ``.report``, ``.generate``, ``.blocks``, ``.configs``, ``.status``, ``.actuator``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from pidquota.cli import blocks, clients, configs, generate, logs, package, recommend, report, run, status
+from pidquota.cli import (
+    actuator,
+    blocks,
+    clients,
+    configs,
+    generate,
+    logs,
+    package,
+    recommend,
+    report,
+    run,
+    status,
+)
 from pidquota.conf.errors import PidquotaError
 
 # Every command, in the order --help lists them; each module has add_parser(sub) and run(args).
-COMMANDS = (run, package, recommend, report, generate, clients, blocks, configs, status)
+COMMANDS = (run, package, recommend, report, generate, clients, blocks, configs, status, actuator)
 
 
 DESCRIPTION = """Cluster-wide producer-ID quotas for Apache Kafka (KIP-936's producer_ids_rate),

@@ -160,6 +160,9 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
     checkpoints.write_marker(checkpoint, plan.reads, buckets, store, plan.replay_ms, reading, layout)
     lines = _lines(spark, args, config, plan.kafka_input, checkpoint, speed, str(signals.flag))
     print(run_plan.banner(args, config, checkpoint, speed, plan.replay_ms))
+    acting = run_plan.actuator_shown(config, plan.act)
+    if acting:
+        print(acting.replace("OUTPUT/", run_plan.folder_shown(args.output)))
     table = _table(args, config)
     summed = args.once or args.duration is not None or plan.demo
     sink, summary = _sink(plan, table and table.update, summed)
@@ -176,6 +179,8 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
         raise gone from None
     finally:
         sink.close()
+        if plan.act is not None:  # the run's end lifts its actions; a kill leaves them to the next start
+            sink.record_actions(plan.act.stop())
     if error is not None:
         raise _query_failed(error, plan, heap)
     if table is not None:
@@ -265,7 +270,10 @@ def _sink(plan: run_plan.Plan, on_batch, summed: bool):
         mode=plan.config["pidquota.mode"],
         roll_ms=plan.config["pidquota.output.roll.ms"],
         retention_ms=plan.config["pidquota.output.retention.ms"],
+        act=plan.act,
     )
+    if plan.act is not None:  # the journal against the cluster: undo what expired while it was down
+        sink.record_actions(plan.act.start())
     return sink, summary
 
 
@@ -300,6 +308,9 @@ def _say_end(args: argparse.Namespace, plan: run_plan.Plan, totals, summary) -> 
         top = ", ".join(f"{k} {n:,}" for k, n in totals.skipped.most_common(4))
         more = " ..." if len(totals.skipped) > 4 else ""
         print(f"pidquota: skipped {sum(totals.skipped.values()):,} input lines of no interest ({top}{more})")
+    if plan.act is not None:
+        dry = " (dry run: nothing changed on the cluster)" if plan.act.dry_run else ""
+        print(f"pidquota: actuator{dry}: {plan.act.summary()}; every action in {plan.out}/actions/")
     print(
         f"pidquota: {totals.batches} batch{'es' if totals.batches != 1 else ''}; wrote "
         f"{totals.rows['decisions']} decisions, {totals.rows['metrics']} metric rows, "

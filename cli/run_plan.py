@@ -39,6 +39,7 @@ class Plan:
     resumed: bool
     replay_ms: int | None
     exporter: object
+    act: object = None  # the actuator (pidquota.actuate.runner.BatchActuator), or None when off
 
     @property
     def demo(self) -> bool:
@@ -62,11 +63,61 @@ def plan(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> Plan:
     reads, resumed = _start_up_checks(args, config, out, checkpoint)
     config = _checkpoint_state_store(config, checkpoint)
     config, replay_ms = _replay(config, checkpoint, kafka_input is not None)
+    act = _actuator(config, kafka_input, kafka_out)
+    if act is not None:
+        cleanup.callback(act.close)
     exporter = _exporter(config, args.input is None)
     if exporter is not None:
         cleanup.callback(exporter.close)
+        if act is not None:
+            exporter.watch_actuator(lambda: len(act.acted))
     return Plan(
-        config, quotas, publish, out, checkpoint, kafka_input, kafka_out, reads, resumed, replay_ms, exporter
+        config,
+        quotas,
+        publish,
+        out,
+        checkpoint,
+        kafka_input,
+        kafka_out,
+        reads,
+        resumed,
+        replay_ms,
+        exporter,
+        act,
+    )
+
+
+def _actuator(config, kafka_input: str | None, kafka_out: dict | None):
+    """The actuator the settings ask for (None when off). A shadow run only says what it would
+    do. Acting needs the cluster now: one that does not answer fails the start, in one line."""
+    mode = config["pidquota.actuator"]
+    if mode == "off":
+        return None
+    from pidquota.actuate.runner import BatchActuator, cluster_options
+
+    if mode == "dry-run" or config["pidquota.mode"] == "shadow":
+        return BatchActuator(config, None)
+    fallback = (
+        KafkaUrl.parse(kafka_input).bootstrap
+        if kafka_input
+        else (kafka_out or {}).get("kafka.bootstrap.servers")
+    )
+    return BatchActuator(config, cluster_options(config, fallback))
+
+
+def actuator_shown(config, act) -> str:
+    """The banner's words on the actuator: empty when off."""
+    if act is None:
+        return ""
+    mechanism = config["pidquota.actuator.mechanism"]
+    if mechanism == "request-quota":
+        mechanism += f" (request_percentage {config['pidquota.actuator.request.percentage']:g})"
+    hold = config["pidquota.actuator.hold.ms"] / 1000
+    how = "DRY RUN: " if act.dry_run else ""
+    where = "" if act.dry_run else f" on {act.options['kafka.bootstrap.servers']}"
+    return (
+        f"pidquota: actuator {how}{mechanism}{where} for throttled users, held {hold:g} s past their "
+        f"throttle, at most {config['pidquota.actuator.max.principals']} at once; actions in OUTPUT/actions/"
     )
 
 
@@ -240,9 +291,7 @@ def banner(args: argparse.Namespace, config, checkpoint: str, speed: float, repl
         from pidquota.store.decisions import event_time
 
         start += f"; events before {event_time(replay_ms)} only rebuild state"
-    return (
-        f"pidquota: {mode}{what}, quotas from {quotas}, output in {_folder(args.output)} ({start}); {until}"
-    )
+    return f"pidquota: {mode}{what}, quotas from {quotas}, output in {folder_shown(args.output)} ({start}); {until}"
 
 
 def _quotas_shown(args: argparse.Namespace, config) -> str:
@@ -259,6 +308,6 @@ def _quotas_shown(args: argparse.Namespace, config) -> str:
     )
 
 
-def _folder(path: str) -> str:
+def folder_shown(path: str) -> str:
     """A folder as the banner shows it: with one trailing slash (``out/`` for ``out`` or ``out/``)."""
     return path if path.endswith("/") else path + "/"

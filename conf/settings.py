@@ -59,6 +59,14 @@ def _zone_problem(name: str) -> str | None:
     return None
 
 
+def _principals_problem(text: str) -> str | None:
+    """A comma-separated list of TYPE:NAME principals, or empty."""
+    bad = [p for p in (p.strip() for p in text.split(",")) if p and (":" not in p or p.endswith(":"))]
+    if bad:
+        return f"has {bad[0]!r}, which is not a principal; write them as User:NAME, comma-separated"
+    return None
+
+
 _UNITS = {"k": 1, "m": 1024, "g": 1024**2, "t": 1024**3}  # in KiB
 
 
@@ -593,6 +601,91 @@ SETTINGS: tuple[Setting, ...] = (
         "write everything, marked mode=shadow, and publish to Redis only under a separate "
         "shadow: key space. Same as run --shadow.",
         choices=("enforce", "shadow"),
+    ),
+    # -- the actuator (actuate/, docs/enforcing.md) --------------------------------------
+    Setting(
+        "pidquota.actuator",
+        str,
+        "off",
+        "Changing a cluster's quotas or ACLs is the operator's call: off until asked, and "
+        "dry-run first shows what would be done.",
+        "What the run does to the principals it throttles, through Kafka's own controls on "
+        "pidquota.actuator.bootstrap. off: nothing. dry-run: the actions it would take, written to "
+        "OUTPUT/actions and logged, with nothing read or changed on the cluster. on: the actions "
+        "taken (journalled first, undone exactly once the throttle and the hold are over, or when "
+        "the run stops).",
+        choices=("off", "dry-run", "on"),
+    ),
+    Setting(
+        "pidquota.actuator.bootstrap",
+        str,
+        "",
+        "Empty: the cluster the run already talks to (its Kafka input, else its output topics); "
+        "a file input names the cluster here.",
+        "The Kafka cluster whose controls the actuator sets: HOST[:PORT][,HOST[:PORT]...] or "
+        "kafka://HOST[:PORT]. Its security is pidquota.kafka.security.protocol and the sasl and "
+        "ssl settings. pidquota's principal needs ALTER_CONFIGS and DESCRIBE_CONFIGS on the Cluster "
+        "(quotas), ALTER and DESCRIBE on the Cluster (ACLs), and its journal topic "
+        "(docs/enforcing.md).",
+    ),
+    Setting(
+        "pidquota.actuator.mechanism",
+        str,
+        "request-quota",
+        "Measured on Apache Kafka 4.1.1 (docs/enforcing.md): request-quota cut PID floods 3-20x "
+        "and slowed no other user; DENY ACLs stopped every user's writes on a cluster with "
+        "allow.everyone.if.no.acl.found.",
+        "request-quota: the user's request_percentage client quota (KIP-546), which delays its "
+        "responses, InitProducerId included. deny-writes: DENY ACLs on the user's IDEMPOTENT_WRITE "
+        "and WRITE, a circuit breaker that also stops its steady producers.",
+        choices=("request-quota", "deny-writes"),
+    ),
+    Setting(
+        "pidquota.actuator.request.percentage",
+        float,
+        1.0,
+        "1% of one network and I/O thread, measured: the offenders' PIDs per minute fell 3-20x, "
+        "its steady producer kept a trickle (49 to 4 records/s), other users were untouched.",
+        "request_percentage the request-quota mechanism sets on an offending user (percent of one "
+        "broker thread's time, per broker).",
+        min=0.01,
+        max=10000,
+    ),
+    Setting(
+        "pidquota.actuator.hold.ms",
+        int,
+        300_000,
+        "A crash loop pauses between restarts; five minutes past the throttle's end keeps the "
+        "control from being lifted and set again at each pause.",
+        "How long a principal stays acted on after its throttle ends (wall clock).",
+        min=0,
+    ),
+    Setting(
+        "pidquota.actuator.max.principals",
+        int,
+        10,
+        "A bound on the harm of a wrong quota: at most ten users slowed at once, the rest reported capped.",
+        "The most principals acted on at once; the longest throttled come first.",
+        min=1,
+    ),
+    Setting(
+        "pidquota.actuator.allow",
+        str,
+        "User:ANONYMOUS",
+        "User:ANONYMOUS is every client of a listener that authenticates no one: acting on it "
+        "acts on all of them.",
+        "Comma-separated principals never acted on, such as the brokers' own principal and "
+        "admin users (User:NAME).",
+        check=_principals_problem,
+    ),
+    Setting(
+        "pidquota.actuator.journal.topic",
+        str,
+        "pidquota-actuator-journal",
+        "One compacted topic on the cluster it acts on outlives pidquota, even a kill -9, "
+        "with no other store to run.",
+        "The compacted topic where the actuator records each change, and the operator's value "
+        "before it, ahead of making it; created if missing.",
     ),
     Setting(
         "pidquota.replay.until",

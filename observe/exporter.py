@@ -190,6 +190,20 @@ class Exporter:
             "1 when the run is in shadow mode: nothing is published as throttled",
             registry=reg,
         )
+        self.actions = Counter(
+            "pidquota_actuator_actions",
+            "The actuator's actions on the cluster's controls (docs/enforcing.md), by action: apply, "
+            "extend, undo, keep, left (changed by someone else, left as it is), skipped, failed",
+            ["action"],
+            registry=reg,
+        )
+        for action in ("apply", "undo", "failed"):
+            self.actions.labels(action)  # shows at 0 until it happens
+        self.acted = Gauge(
+            "pidquota_actuator_principals",
+            "Principals the actuator acts on now (0 when it is off)",
+            registry=reg,
+        )
         self.users = Gauge(
             "pidquota_prometheus_users",
             "Users with their own label, and users summed into _other",
@@ -212,6 +226,10 @@ class Exporter:
         if skipped is not None and len(skipped):
             for key, n in zip(skipped["what"], skipped["count"], strict=True):
                 self.skipped.labels(str(key)).inc(int(n))
+        actions = frames.get("actions")
+        if actions is not None and len(actions):
+            for action, n in actions["action"].value_counts().items():
+                self.actions.labels(str(action)).inc(int(n))
         if not len(metrics):
             return
         self._newest_ms = max(self._newest_ms or 0, float(_numbers(metrics, "timestamp").max()))
@@ -292,6 +310,10 @@ class Exporter:
                 self.gauges[key].labels(user).set(value)
         self.admitted.labels(user).inc(_count(row, "admitted") if counted else 0)
         self.throttled.labels(user).inc(_count(row, "throttled") if counted else 0)
+
+    def watch_actuator(self, acted: Callable[[], int]) -> None:
+        """``pidquota_actuator_principals`` reads ``acted()`` at each scrape."""
+        self.acted.set_function(acted)
 
     def observe_progress(self, progress: dict | None) -> None:
         """Spark's ``query.lastProgress``: the batch's duration."""

@@ -305,6 +305,29 @@ def offenders_html(table: pd.DataFrame) -> str:
     return "".join(parts) + _note(rd.others_line(table, len(top)))
 
 
+def acted_on_html(actions: pd.DataFrame) -> str:
+    """The principals the actuator acted on (``OUTPUT/actions``); empty when it did not run."""
+    table = rd.acted_on(actions)
+    if table.empty:
+        return ""
+    rows = [
+        [
+            r.principal + (" (dry run)" if r.dry_run else ""),
+            r.controls,
+            rd.format_time(r.applied_ms),
+            "still held" if r.held else rd.format_time(r.undone_ms),
+            f"{r.failed:,}",
+        ]
+        for r in table.head(MAX_ROWS).itertuples()
+    ]
+    headers = ["principal", "Kafka controls", "first applied", "undone", "failed tries"]
+    return (
+        "<h2>Acted on</h2>"
+        + _table(headers, rows, {4})
+        + _note("The actuator's actions (wall clock), every one in OUTPUT/actions/: docs/enforcing.md.")
+    )
+
+
 def dead_letters_html(dead: pd.DataFrame) -> str:
     """Dead letters by reason class, then by reason text (at most MAX_ROWS)."""
     reasons = rd.dead_letter_reasons(dead)
@@ -373,7 +396,7 @@ def render(run: rd.Run) -> str:
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
         f"<style>{_CSS}</style></head><body><h1>pidquota report</h1>"
         f"{header_html(h)}{plots_html(run, table, h)}"
-        f"<h2>Top offenders</h2>{offenders_html(table)}"
+        f"<h2>Top offenders</h2>{offenders_html(table)}{acted_on_html(run.actions)}"
         f"<h2>Dead letters</h2>{dead_letters_html(run.dead)}</body></html>\n"
     )
 

@@ -9,7 +9,7 @@ exporter leaves them out of its counters.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,7 @@ class Run:
     decisions: pd.DataFrame
     metrics: pd.DataFrame
     dead: pd.DataFrame
+    actions: pd.DataFrame = field(default_factory=pd.DataFrame)  # the actuator's, if it ran
 
 
 def load_run(out: str | Path) -> Run:
@@ -50,6 +51,7 @@ def load_run(out: str | Path) -> Run:
         read_output(folder, "decisions"),
         read_output(folder, "metrics"),
         read_output(folder, "dead-letters"),
+        read_output(folder, "actions"),
     )
     if run.decisions.empty and run.metrics.empty and run.dead.empty:
         raise InputError(
@@ -397,3 +399,34 @@ def dead_letter_classes(reasons: pd.DataFrame) -> pd.DataFrame:
     """``class, count`` from :func:`dead_letter_reasons`' table, the biggest first."""
     totals = reasons.groupby("class", sort=False)["count"].sum()
     return totals.rename_axis("class").reset_index(name="count")
+
+
+def acted_on(actions: pd.DataFrame) -> pd.DataFrame:
+    """Per principal the actuator acted on: its controls, when first applied and last undone
+    (wall clock), whether one is still held, failures, and whether it was a dry run.
+
+    Worked example: rows apply (t=1 s), keep, undo (t=9 s) for ``User:crash`` give one row
+    ``User:crash, quota user=crash request_percentage, applied 1 s, undone 9 s, held False``."""
+    columns = ["principal", "controls", "applied_ms", "undone_ms", "held", "failed", "dry_run"]
+    if actions.empty or "action" not in actions:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for principal, rows_of in actions.groupby("principal", sort=True):
+        applied = rows_of[rows_of.action == "apply"]
+        ended = rows_of[rows_of.action.isin(["undo", "left"])]
+        if applied.empty and ended.empty and not (rows_of.action == "failed").any():
+            continue  # only skipped (the allow-list, the cap) or kept
+        last_apply = applied.at_ms.max() if len(applied) else None
+        last_end = ended.at_ms.max() if len(ended) else None
+        rows.append(
+            [
+                principal,
+                ", ".join(sorted(set(applied.control) | set(ended.control))),
+                applied.at_ms.min() if len(applied) else None,
+                last_end,
+                last_apply is not None and (last_end is None or last_end < last_apply),
+                int((rows_of.action == "failed").sum()),
+                any(str(v) == "True" for v in rows_of.get("dry_run", [])),  # bools, or NaN where absent
+            ]
+        )
+    return pd.DataFrame(rows, columns=columns)

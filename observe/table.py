@@ -22,6 +22,10 @@ LEGEND = (
 _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear the screen
 
 
+def _acted(mark: str | None) -> str:
+    return f", {mark}" if mark else ""
+
+
 def _num(x, fmt="{:.1f}") -> str:
     return "-" if x is None or pd.isna(x) else fmt.format(x)
 
@@ -48,8 +52,9 @@ class UserTable:
 
     The STATE column is what ``pidquota status`` answers for the user, in the
     user's event time (:class:`pidquota.quota.user_state.UserState`): ``THROTTLED 36s`` while
-    a new PID would wait, else ``ok``. Throttled users come first; with
-    ``max_rows``, the rest are counted in one line.
+    a new PID would wait, else ``ok``; then ``ACTED ON`` while the actuator holds one of
+    Kafka's controls on the user (``WOULD ACT`` in a dry run), from the batch's ``actions``
+    rows. Throttled users come first; with ``max_rows``, the rest are counted in one line.
     """
 
     def __init__(
@@ -73,10 +78,17 @@ class UserTable:
         self._shown_at: float | None = None
         self._first_unshown: int | None = None  # the oldest batch not shown yet
         self._last_batch = 0
+        self.acted: dict[str, str] = {}  # principal -> ACTED ON or WOULD ACT
 
     def update(self, batch_id: int, frames: dict) -> None:
         for row in frames["metrics"].to_dict("records"):
             self.latest[row["principal"]] = row
+        actions = frames.get("actions")
+        for row in [] if actions is None else actions.to_dict("records"):
+            if row["action"] == "apply":
+                self.acted[row["principal"]] = "WOULD ACT" if row.get("dry_run") else "ACTED ON"
+            elif row["action"] in ("undo", "left"):
+                self.acted.pop(row["principal"], None)
         if self._first_unshown is None:
             self._first_unshown = batch_id
         self._last_batch = batch_id
@@ -117,7 +129,7 @@ class UserTable:
                 f"{_num(r.get('rate')):>8} {tokens_text(r.get('tokens')):>8} "
                 f"{_num(r.get('admitted_total'), '{:.0f}'):>9} {_num(r.get('throttled_total'), '{:.0f}'):>9} "
                 f"{('-' if size is None or pd.isna(size) else f'{int(size):,} B'):>9}  "
-                f"{states[r['principal']][1]}"
+                f"{states[r['principal']][1]}{_acted(self.acted.get(r['principal']))}"
             )
         rest = rows[self.max_rows :] if self.max_rows is not None else []
         if rest:

@@ -65,6 +65,21 @@ DECISION_FIELDS = ("producer_id", "producer_epoch", "timestamp", "admitted", "th
 DECISION_ARRAYS = {name: f"d_{name}" for name in DECISION_FIELDS}  # field -> the operator's column
 DEAD_LETTER_COLUMNS = ("raw", "reason", "source")
 SKIPPED_COLUMNS = ("what", "count")
+# The actuator's rows (``pidquota.actuate.actuator.Action``, and the batch that led to them),
+# appended to OUTPUT/actions/ by the sink; not a kind of the operator's rows.
+ACTIONS = "actions"
+ACTION_COLUMNS = (
+    "at_ms",
+    "principal",
+    "action",
+    "control",
+    "before",
+    "value",
+    "until_ms",
+    "dry_run",
+    "note",
+    "batch_id",
+)
 NOT_A_REQUEST = "not-a-request"  # skipped: a line that is no request-log line (streaming/request_log.py)
 # The principal Kafka gives every client of a listener that authenticates no one (PLAINTEXT, or
 # SSL without client certificates): one quota would cover all of them.

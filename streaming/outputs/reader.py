@@ -1,4 +1,4 @@
-"""Reading a run's output folder back: ``OUT/{decisions,metrics,dead-letters}/``.
+"""Reading a run's output folder back: ``OUT/{decisions,metrics,dead-letters,actions}/``.
 
 The one place that knows how the sink names its files (``streaming/outputs/sink.py``),
 for the report, the tests and the benchmarks. Spark-free.
@@ -10,14 +10,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from pidquota.streaming.columns import OUTPUTS
+from pidquota.streaming.columns import ACTIONS, OUTPUTS
 
 
 def output_files(out: str | Path, name: str) -> list[Path]:
     """The files of one output (``decisions``, ``metrics`` or ``dead-letters``), oldest batch first:
     per-batch parts and hourly rolls (``streaming/outputs/retention.py``)."""
+    if name == ACTIONS:  # one file per run start, appended to (streaming/outputs/sink.py)
+        return sorted(Path(out, name).glob("run-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
     if name not in OUTPUTS:
-        raise ValueError(f"unknown output {name!r}; one of {', '.join(OUTPUTS)}")
+        raise ValueError(f"unknown output {name!r}; one of {', '.join([*OUTPUTS, ACTIONS])}")
     from pidquota.streaming.outputs.retention import output_files as files
 
     return files(Path(out, name))

@@ -11,12 +11,13 @@ is exactly once by default, in one transaction per batch (see
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -25,7 +26,7 @@ import pyarrow.compute as pc
 
 from pidquota.conf.errors import PidquotaError
 from pidquota.store.sink import RedisPublisher
-from pidquota.streaming.columns import ANONYMOUS, KIND_DEAD, KIND_METRIC, OUTPUTS
+from pidquota.streaming.columns import ACTION_COLUMNS, ACTIONS, ANONYMOUS, KIND_DEAD, KIND_METRIC, OUTPUTS
 from pidquota.streaming.outputs import retention
 from pidquota.streaming.outputs.jsonl import jsonl_bytes
 from pidquota.streaming.outputs.kafka import KafkaOutput
@@ -107,10 +108,12 @@ def _parts(table: pa.Table, batch_id: int) -> dict[str, pa.Table]:
 class BatchFrames(Mapping):
     """A batch's rows per output name as pandas frames (what ``on_batch`` and the publisher
     get), each made from its Arrow rows when first read: a run whose observers read only the
-    metrics does not pay for a million decision rows in pandas."""
+    metrics does not pay for a million decision rows in pandas. ``actions``: the actuator's
+    rows of the batch (empty without an actuator)."""
 
-    def __init__(self, parts: dict[str, pa.Table]):
+    def __init__(self, parts: dict[str, pa.Table], actions: pd.DataFrame | None = None):
         self._parts, self._frames = parts, {}
+        self._frames[ACTIONS] = actions if actions is not None else pd.DataFrame(columns=ACTION_COLUMNS)
 
     def __getitem__(self, name: str) -> pd.DataFrame:
         if name not in self._frames:
@@ -118,10 +121,10 @@ class BatchFrames(Mapping):
         return self._frames[name]
 
     def __iter__(self):
-        return iter(self._parts)
+        return iter([*self._parts, ACTIONS])
 
     def __len__(self) -> int:
-        return len(self._parts)
+        return len(self._parts) + 1
 
 
 def query_id_of(batch_df) -> str:
@@ -143,6 +146,11 @@ class JsonlSink:
     ``replay``: true when the row's event time is before ``replay_until``
     (``--replay-until``). Replayed rows are written to the files only: Redis
     and the Kafka topics never see them.
+
+    ``act`` (``pidquota.actuate.runner.BatchActuator``): after Redis, each batch's metrics
+    rows that are not replayed go to the actuator, and its rows are appended to
+    ``DIR/actions/run-START.jsonl``: they are things done on the cluster, in wall-clock
+    time, so a replayed batch adds what it did rather than replacing a file.
     """
 
     def __init__(
@@ -156,8 +164,14 @@ class JsonlSink:
         roll_ms: int = 0,
         retention_ms: int = 0,
         clock: Callable[[], float] = time.time,
+        act=None,
     ):
         self.out_dir = Path(out_dir)
+        self.act = act
+        self.actions_file: Path | None = None
+        if act is not None:
+            (self.out_dir / ACTIONS).mkdir(parents=True, exist_ok=True)
+            self.actions_file = self.out_dir / ACTIONS / f"run-{int(clock() * 1000)}.jsonl"
         self.publish = publish  # e.g. fenced per-user throttle state to Redis
         self.kafka = KafkaOutput(kafka) if kafka else None  # the Kafka output topics, or None
         self.replay_until = replay_until
@@ -182,12 +196,16 @@ class JsonlSink:
             # (the metrics only: the publisher reads nothing else)
             self.publish(batch_id, {"metrics": _enforced(BatchFrames(parts)["metrics"])})
             failed = self.publish.failed_publishes
+        actions = None
+        if self.act is not None:
+            enforced = _enforced(BatchFrames(parts)["metrics"])
+            actions = self.record_actions(self.act(enforced.to_dict("records")), batch_id)
         metrics = parts["metrics"]
         at = metrics.schema.get_field_index("failed_publishes")
         parts["metrics"] = metrics.set_column(
             at, "failed_publishes", pa.repeat(pa.scalar(failed, pa.int64()), metrics.num_rows)
         )
-        frames = BatchFrames(parts)  # what on_batch reads: the metrics with failed_publishes
+        frames = BatchFrames(parts, actions)  # what on_batch reads: the metrics with failed_publishes
         table = _set(table, "failed_publishes", pc.equal(table["kind"], KIND_METRIC), pa.scalar(failed))
         for name, part in parts.items():
             target = self.out_dir / name / retention.part_name(batch_id)
@@ -203,6 +221,20 @@ class JsonlSink:
             self.totals.batches += 1
         if self.on_batch is not None:
             self.on_batch(batch_id, frames)
+
+    def record_actions(self, rows: list, batch_id: int | None = None) -> pd.DataFrame:
+        """The actuator's ``rows`` appended to the run's actions file (and returned as a frame).
+        A file that cannot be written is a warning: what was done on the cluster is done, and
+        its journal knows it."""
+        records = [{**asdict(r), "batch_id": batch_id} for r in rows]
+        if records and self.actions_file is not None:
+            lines = "".join(json.dumps(r) + "\n" for r in records)
+            try:
+                with open(self.actions_file, "a", encoding="utf-8") as f:
+                    f.write(lines)
+            except OSError as exc:
+                log.warning("actions not written to %s: %s", self.actions_file, exc)
+        return pd.DataFrame(records, columns=ACTION_COLUMNS)
 
     def _keep(self, batch_id: int, every_s: float = 60.0) -> None:
         """Roll and expire the output files (``streaming/outputs/retention.py``), at most once a minute."""

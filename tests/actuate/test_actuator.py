@@ -6,9 +6,8 @@ Each test acts on users of its own and a journal topic of its own."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
+from harness.acting import new_user as _user
 
 from pidquota.actuate.actuator import Actuator
 from pidquota.actuate.controls import AclBinding, Controls, QuotaKey
@@ -29,59 +28,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-USERS: list[str] = []  # every user a test made up: its ACLs and quotas go at the end of the test
-
-
-@pytest.fixture
-def cluster(kafka):
-    """The session's broker, as the actuator sees it. Whatever ACL or quota a test leaves for
-    its users is removed afterwards: with allow.everyone.if.no.acl.found, one DENY on topic
-    ``*`` would close every topic to every other test's users (docs/enforcing.md)."""
-    options = {"kafka.bootstrap.servers": kafka.bootstrap}
-    controls = Controls(options)
-    journal = Journal(options, f"journal-{uuid.uuid4().hex[:8]}")
-    journal.ensure()
-    yield controls, journal, options
-    journal.close()
-    _forget(controls, kafka)
-    controls.close()
-
-
-def _forget(controls: Controls, broker) -> None:
-    from kafka.admin import (
-        ACLFilter,
-        ACLOperation,
-        ACLPermissionType,
-        ACLResourcePatternType,
-        ResourcePatternFilter,
-        ResourceType,
-    )
-
-    admin = broker.admin()
-    try:
-        for user in USERS:
-            for key in controls.quotas("user", user):
-                controls.write(QuotaKey("user", user, key), None)
-            everything = ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY)
-            admin.delete_acls(
-                [ACLFilter(f"User:{user}", None, ACLOperation.ANY, ACLPermissionType.ANY, everything)]
-            )
-            assert (
-                admin.describe_acls(
-                    ACLFilter(f"User:{user}", None, ACLOperation.ANY, ACLPermissionType.ANY, everything)
-                )[0]
-                == []
-            )
-    finally:
-        admin.close()
-        USERS.clear()
-
-
-def _user() -> str:
-    USERS.append(f"u{uuid.uuid4().hex[:8]}")
-    return USERS[-1]
 
 
 def test_a_quota_key_is_set_read_and_removed_alone(cluster):
@@ -191,7 +137,7 @@ def test_a_restart_undoes_what_expired_keeps_what_is_current_and_finishes_a_half
     first({f"User:{short}": now, f"User:{long_}": now + 600_000})
     # a crash between the journal record and the change: the record is there, the quota is not
     key = QuotaKey("user", half, "request_percentage")
-    journal.write(Entry(key, f"User:{half}", None, 1.0, now + 600_000))
+    journal.write(Entry(key, f"User:{half}", None, 1.0, now + 600_000, "setting"))
     del first  # kill -9: nothing undone
 
     clock.t += 120  # past the short one's throttle and hold

@@ -19,7 +19,7 @@ def parts(principals: list[str]) -> dict[str, pa.Table]:
 
 def end(totals: BatchTotals, capsys) -> str:
     plan = SimpleNamespace(
-        demo=False, resumed=False, checkpoint="ck", config={"pidquota.mode": "enforce"}, out="o"
+        demo=False, resumed=False, checkpoint="ck", config={"pidquota.mode": "enforce"}, out="o", act=None
     )
     _say_end(Namespace(input="in", output="o"), plan, totals, None)
     return capsys.readouterr().err

@@ -11,7 +11,7 @@ from harness import require
 
 # Commands that never start Spark: a test may run them in the quick tier.
 WITHOUT_SPARK = frozenset(
-    {"package", "generate", "blocks", "configs", "status", "report", "--help", "--version"}
+    {"package", "generate", "blocks", "configs", "status", "actuator", "report", "--help", "--version"}
 )
 
 

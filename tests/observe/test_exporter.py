@@ -166,6 +166,22 @@ def test_health_lag_rate_dead_letters_stale_and_failed_publishes():
     assert value(scrape(ex), "pidquota_input_events_per_second") == 0
 
 
+def test_the_actuators_actions_are_counted_and_its_principals_read_at_each_scrape():
+    ex = Exporter(W, max_users=10)
+    acted = {"User:a": 1}
+    ex.watch_actuator(lambda: len(acted))
+    batch = dict(frames([metric_row("User:a", 1_000, throttled=3)]))
+    batch["actions"] = pd.DataFrame({"action": ["apply", "skipped", "apply"]})
+    ex.observe_batch(0, batch)
+    s = scrape(ex)
+    assert value(s, "pidquota_actuator_actions_total", action="apply") == 2
+    assert value(s, "pidquota_actuator_actions_total", action="skipped") == 1
+    assert value(s, "pidquota_actuator_actions_total", action="undo") == 0
+    assert value(s, "pidquota_actuator_principals") == 1
+    acted.clear()
+    assert value(scrape(ex), "pidquota_actuator_principals") == 0
+
+
 @pytest.mark.parametrize(
     "reason, cls",
     [

@@ -2,6 +2,7 @@
 the sink writes them. No Spark."""
 
 import base64
+import json
 import re
 import struct
 import sys
@@ -12,7 +13,7 @@ import pytest
 
 from pidquota.cli.main import main
 from pidquota.observe import report_data as rd
-from pidquota.observe.report import MAX_ROWS
+from pidquota.observe.report import MAX_ROWS, render
 from pidquota.quota import ADMIT, THROTTLE, PrincipalQuota, QuotaSettings
 from pidquota.streaming.columns import OUTPUTS
 from pidquota.streaming.outputs.sink import write_jsonl
@@ -375,3 +376,42 @@ def test_fresh_deletes_an_output_folder_with_its_report(run_dir):
 
     assert main(["report", str(run_dir)]) == 0
     assert fresh(run_dir, str(run_dir / "_checkpoint")) == [run_dir] and not run_dir.exists()
+
+
+def test_the_principals_the_actuator_acted_on_get_a_section(tmp_path):
+    out = tmp_path / "out"
+    write_run(out, {0: {"decisions": rows("User:bob", BOB), "metrics": [metric_row("User:bob")]}})
+    assert "Acted on" not in render(rd.load_run(out))  # no actuator, no section
+    (out / "actions").mkdir()
+    control = "quota user=crash request_percentage"
+    actions = [
+        {"at_ms": T0, "principal": "User:crash", "action": "apply", "control": control, "dry_run": False},
+        {"at_ms": T0 + 1, "principal": "User:ANONYMOUS", "action": "skipped", "control": "request-quota"},
+        {
+            "at_ms": T0 + 9_000,
+            "principal": "User:crash",
+            "action": "undo",
+            "control": control,
+            "dry_run": False,
+        },
+        {
+            "at_ms": T0 + 9_000,
+            "principal": "User:loop",
+            "action": "apply",
+            "control": control,
+            "dry_run": True,
+        },
+    ]
+    (out / "actions" / "run-1.jsonl").write_text("".join(json.dumps(a) + "\n" for a in actions))
+    table = rd.acted_on(rd.load_run(out).actions)
+    assert table[["principal", "held", "failed"]].values.tolist() == [
+        ["User:crash", False, 0],
+        ["User:loop", True, 0],
+    ]
+    page = render(rd.load_run(out))
+    assert "<h2>Acted on</h2>" in page and "User:ANONYMOUS" not in page
+    assert (
+        f"<td>User:crash</td><td>{control}</td><td>2026-01-01 00:00:00 UTC</td><td>2026-01-01 00:00:09 UTC</td>"
+        in page
+    )
+    assert "<td>User:loop (dry run)</td>" in page and "still held" in page

@@ -97,3 +97,20 @@ def test_a_long_table_is_cut_after_the_throttled_users():
     text = shown(rows, max_rows=5).splitlines()
     assert text[2].startswith("User:zz") and len(text) == 2 + 5 + 2
     assert text[-2] == "... and 26 more users (0 of them throttled)"
+
+
+def test_a_user_the_actuator_acts_on_says_so_until_it_is_undone():
+    printed = []
+    table = UserTable(W, every_s=0, out=printed.append, tty=False)
+    rows = pd.DataFrame([row("User:crash", 0.5, throttled=7), row("User:steady", 95.0)]).assign(batch_id=1)
+    applied = pd.DataFrame([{"principal": "User:crash", "action": "apply", "dry_run": False}])
+    table.update(1, {"metrics": rows, "actions": applied})
+    lines = lines_of(printed[-1].strip())
+    assert lines["User:crash"].rstrip().endswith("THROTTLED 18s, ACTED ON")
+    assert lines["User:steady"].rstrip().endswith("ok")
+    undone = pd.DataFrame([{"principal": "User:crash", "action": "undo", "dry_run": False}])
+    table.update(2, {"metrics": rows.assign(batch_id=2), "actions": undone})
+    assert lines_of(printed[-1].strip())["User:crash"].rstrip().endswith("THROTTLED 18s")
+    dry = pd.DataFrame([{"principal": "User:steady", "action": "apply", "dry_run": True}])
+    table.update(3, {"metrics": rows.assign(batch_id=3), "actions": dry})
+    assert lines_of(printed[-1].strip())["User:steady"].rstrip().endswith("ok, WOULD ACT")

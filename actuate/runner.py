@@ -1,0 +1,181 @@
+"""The actuator inside a run: built from the settings, fed each batch's metrics rows, and
+stopped with the run.
+
+A principal is **throttled** in a batch when its metrics row says so: new PIDs were
+throttled in the batch (``throttled`` > 0), or its bucket still makes a new PID wait
+(``wait_ms`` > 0, the bucket's own answer, as Redis publishes it:
+:class:`pidquota.quota.user_state.UserState`). Its throttle ends ``wait_ms`` after the
+batch, in wall-clock time: ``until = now + wait_ms``; the policy adds the hold.
+
+Worked example: at wall-clock ``now`` = 1,000,000 ms a batch has ``User:crash`` with 12
+throttled PIDs and a bucket that admits the next new PID in 36,000 ms, and ``User:steady``
+with none: ``throttled_until(rows, now)`` is ``{"User:crash": 1,036,000}``, and with a hold
+of 300,000 ms the actuator acts on ``User:crash`` until 1,336,000 unless a later batch
+throttles it again.
+
+Replayed rows (``replay``) and a shadow run act on nothing: the first are history, the
+second a trial. Time is wall-clock ms from ``clock``, a parameter (the tests pass theirs).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+
+from pidquota.actuate.actuator import Action, Actuator
+from pidquota.actuate.controls import ControlError, Controls, shown_value
+from pidquota.actuate.journal import Journal, JournalError
+from pidquota.actuate.mechanisms import deny_writes, request_quota
+from pidquota.actuate.policy import Rails
+from pidquota.conf.errors import ConfigError
+from pidquota.quota.user_state import UserState, finite
+
+log = logging.getLogger("pidquota.actuate")
+
+
+def throttled_until(rows: Iterable[Mapping], window_ms: int, now_ms: int) -> dict[str, int]:
+    """Each principal throttled in a batch's metrics ``rows``, with the wall-clock ms its
+    throttle ends (see the module docstring); replayed rows are skipped."""
+    out: dict[str, int] = {}
+    for row in rows:
+        if row.get("replay") is True:
+            continue
+        state = UserState.from_metrics(row, 0, window_ms)
+        wait = state.wait_ms if state is not None else 0
+        if wait <= 0 and (finite(row.get("throttled")) or 0) <= 0:
+            continue
+        principal = str(row["principal"])
+        out[principal] = max(out.get(principal, 0), now_ms + max(wait, 0))
+    return out
+
+
+def mechanism_of(config):
+    """The mechanism the settings name."""
+    name = config["pidquota.actuator.mechanism"]
+    if name == "deny-writes":
+        return deny_writes()
+    return request_quota(config["pidquota.actuator.request.percentage"])
+
+
+def rails_of(config) -> Rails:
+    allow = frozenset(p.strip() for p in config["pidquota.actuator.allow"].split(",") if p.strip())
+    return Rails(config["pidquota.actuator.hold.ms"], config["pidquota.actuator.max.principals"], allow)
+
+
+def cluster_options(config, fallback: str | None) -> dict:
+    """The ``kafka.*`` options of the cluster the actuator acts on:
+    ``pidquota.actuator.bootstrap``, else ``fallback`` (the run's own cluster)."""
+    from pidquota.store.kafka import security_options, with_ports
+
+    given = config["pidquota.actuator.bootstrap"].strip().removeprefix("kafka://").split("/", 1)[0]
+    try:
+        bootstrap = with_ports(given) if given else fallback
+    except ConfigError as exc:
+        raise ConfigError(f"pidquota.actuator.bootstrap: {exc}") from None
+    if not bootstrap:
+        raise ConfigError(
+            "the actuator needs the Kafka cluster it acts on, and none is given: set "
+            "pidquota.actuator.bootstrap=HOST:PORT (pidquota actuator: --bootstrap HOST:PORT), or "
+            "run with pidquota.actuator=dry-run to see the actions without a cluster"
+        )
+    return {"kafka.bootstrap.servers": bootstrap, **security_options(config)}
+
+
+class BatchActuator:
+    """The run's actuator: :meth:`start` reconciles the journal, each batch's metrics go to
+    :meth:`__call__`, :meth:`stop` lifts what it holds. ``options`` None: a dry run."""
+
+    def __init__(
+        self,
+        config,
+        options: dict | None,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.window_ms = config["producer.id.quota.window.size.seconds"] * 1000
+        self.options = options
+        self.topic = config["pidquota.actuator.journal.topic"]
+        self.clock = clock
+        self.counts: Counter = Counter()  # the action rows of this run, by action
+        self._skipped: dict[str, str] = {}  # principal -> why, as last said
+        controls = journal = None
+        if options is not None:
+            journal = Journal(options, self.topic)
+            controls = Controls(options)
+        self.actuator = Actuator(mechanism_of(config), rails_of(config), controls, journal, clock)
+
+    @property
+    def dry_run(self) -> bool:
+        return self.actuator.dry_run
+
+    @property
+    def acted(self) -> dict[str, int]:
+        """The principals acted on now, with the wall-clock ms their action ends."""
+        return dict(self.actuator.acted)
+
+    def start(self) -> list[Action]:
+        """Create the journal topic if missing and reconcile it with the cluster (a restart
+        after a crash undoes what expired and keeps what is current)."""
+        if self.dry_run:
+            return []
+        self.actuator.journal.ensure()
+        return self._said(self.actuator.reconcile())
+
+    def __call__(self, metrics_rows: Iterable[Mapping]) -> list[Action]:
+        now = int(self.clock() * 1000)
+        return self._said(self.actuator(throttled_until(metrics_rows, self.window_ms, now)))
+
+    def stop(self) -> list[Action]:
+        """Undo everything held (the run's end; a kill leaves it to the next start)."""
+        try:
+            rows = self.actuator.lift_all()
+        except (ControlError, JournalError) as exc:
+            log.warning(
+                "actuator: not lifted at the end (the next start or `pidquota actuator lift` will): %s", exc
+            )
+            return []
+        return self._said(rows)
+
+    def _said(self, rows: list[Action]) -> list[Action]:
+        """``rows`` less the skips already said (a capped principal is skipped at every batch
+        until there is room; one row says it), counted and logged."""
+        skipped = {r.principal: r.note for r in rows if r.action == "skipped"}
+        rows = [r for r in rows if r.action != "skipped" or self._skipped.get(r.principal) != r.note]
+        self._skipped = skipped
+        for row in rows:
+            self.counts[row.action] += 1
+            if row.action in ("apply", "undo", "left"):
+                log.info("actuator: %s", describe(row))
+        return rows
+
+    def summary(self) -> str:
+        """The run's actions in one phrase, e.g. ``2 applied, 2 undone``."""
+        order = ("apply", "extend", "undo", "keep", "left", "skipped", "failed")
+        words = {"apply": "applied", "undo": "undone", "extend": "extended", "keep": "kept"}
+        shown = [f"{self.counts[a]} {words.get(a, a)}" for a in order if self.counts[a]]
+        return ", ".join(shown) or "nothing to do"
+
+    def close(self) -> None:
+        if self.actuator.controls is not None:
+            self.actuator.controls.close()
+        if self.actuator.journal is not None:
+            self.actuator.journal.close()
+
+
+def describe(row: Action) -> str:
+    """One action as a line: ``apply quota user=crash request_percentage: absent -> 1.0 until
+    2026-11-26T23:40:00Z (User:crash)``."""
+    dry = "would " if row.dry_run else ""
+    change = (
+        f": {shown_value(row.before)} -> {shown_value(row.value)}"
+        if row.action in ("apply", "undo", "left")
+        else ""
+    )
+    until = f" until {_utc(row.until_ms)}" if row.until_ms else ""
+    note = f" ({row.note})" if row.note else ""
+    return f"{dry}{row.action} {row.control}{change}{until} for {row.principal}{note}"
+
+
+def _utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))

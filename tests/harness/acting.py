@@ -1,0 +1,39 @@
+"""Made-up users for the actuator's tests, and what they leave on a broker removed."""
+
+from __future__ import annotations
+
+import uuid
+
+from pidquota.actuate.controls import Controls, QuotaKey
+
+USERS: list[str] = []  # every user a test made up: its ACLs and quotas go at the end of the test
+
+
+def new_user() -> str:
+    """A user name no other test uses (``u`` + 8 hex digits), cleaned up after the test."""
+    USERS.append(f"u{uuid.uuid4().hex[:8]}")
+    return USERS[-1]
+
+
+def forget(controls: Controls, broker) -> None:
+    from kafka.admin import (
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePatternFilter,
+        ResourceType,
+    )
+
+    admin = broker.admin()
+    everything = ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY)
+    try:
+        for user in USERS:
+            for key in controls.quotas("user", user):
+                controls.write(QuotaKey("user", user, key), None)
+            mine = ACLFilter(f"User:{user}", None, ACLOperation.ANY, ACLPermissionType.ANY, everything)
+            admin.delete_acls([mine])
+            assert admin.describe_acls(mine)[0] == []
+    finally:
+        admin.close()
+        USERS.clear()
