@@ -67,6 +67,13 @@ def _principals_problem(text: str) -> str | None:
     return None
 
 
+def _java_options_problem(text: str) -> str | None:
+    """Java options as Spark's extraJavaOptions takes them: split on spaces, no quoting."""
+    if any(c in text for c in "\"'"):
+        return "has a quote; give the options space-separated, without quotes"
+    return None
+
+
 _UNITS = {"k": 1, "m": 1024, "g": 1024**2, "t": 1024**3}  # in KiB
 
 
@@ -510,12 +517,25 @@ SETTINGS: tuple[Setting, ...] = (
         "~/.cache/pidquota/jvm",
         "Spark's JVM loads about 21,000 classes at every start; mapped from a class-data "
         "archive (Java's AppCDS, about 180 MB, written once by the first run's JVM as it "
-        "exits, checked before use) `pidquota run --once` over 12 small files took 28.2 s "
-        "instead of 33.7 s on 2 cores (4 runs each). Beside the Kafka jars' cache.",
+        "exits, checked before use): `pidquota run --once` over 12 small files took 28.2 s "
+        "instead of 33.7 s on 2 cores (4 runs each). It sits beside the Kafka jars' cache.",
         "A folder for the class-data archive of a Spark JVM pidquota starts itself "
         "(streaming/class_data.py): one per Java and Spark version, written when the first "
         "JVM exits, mapped by the next ones. Empty turns it off. Not used under "
         "spark-submit or with spark.driver.extraJavaOptions of your own.",
+    ),
+    Setting(
+        "pidquota.spark.java.options",
+        str,
+        "",
+        "Empty: Java's own defaults, which suit a long run. A short one (a test, --once over a "
+        "small input) spends a third of its CPU compiling code it will not run long: "
+        "-XX:TieredStopAtLevel=1 took `pidquota run --once` over 12 small files from about 65 to "
+        "about 50 CPU-seconds.",
+        "Java options added to those pidquota gives the Spark JVM it starts itself (its logging "
+        "and class-data archive stay), e.g. -XX:TieredStopAtLevel=1 or GC flags; space-separated, "
+        "no quotes. Not used under spark-submit (give --driver-java-options there).",
+        check=_java_options_problem,
     ),
     Setting(
         "pidquota.spark.shuffle.partitions",

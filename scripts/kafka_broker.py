@@ -127,6 +127,9 @@ def java_cmd(
         java,
         f"-Xmx{heap}",
         "-Xms64m",
+        # a test's or a trial's broker, lightly loaded: C1 alone, without C2's compile threads,
+        # spends about a third less CPU (what a 2-core test machine runs short of)
+        "-XX:TieredStopAtLevel=1",
         "-Djava.awt.headless=true",
         *props,
         "-cp",

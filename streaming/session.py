@@ -79,7 +79,11 @@ def spark_session(config: Config, master: str | None = None):
     """Get or create the session from ``config``; ``master``: ``pidquota run --master``."""
     find_java()
     level = config["pidquota.log.level"]
-    conf = _gateway(config["pidquota.spark.driver.memory"], config["pidquota.spark.class.cache"])
+    conf = _gateway(
+        config["pidquota.spark.driver.memory"],
+        config["pidquota.spark.class.cache"],
+        config["pidquota.spark.java.options"],
+    )
     chosen = choose_master(master, given_master(conf), config["pidquota.spark.master"])
     check_master(chosen)
     python = conf.get("spark.pyspark.python", None) or os.environ.get("PYSPARK_PYTHON") or sys.executable
@@ -163,11 +167,12 @@ def _quiet_accumulator_server(sc) -> None:
     server.handle_error = handle_error
 
 
-def _gateway(driver_memory: str = "", class_cache: str = ""):
+def _gateway(driver_memory: str = "", class_cache: str = "", java_options: str = ""):
     """Start Spark's JVM, or join the one spark-submit started; returns its SparkConf. A JVM
     pidquota starts logs through ``conf/log4j2.properties`` from its first line and starts
     from the class-data archive in ``class_cache`` (``streaming/class_data.py``), unless the
-    user gave the driver Java options of their own, and gets ``driver_memory``
+    user gave the driver Java options of their own, with ``java_options``
+    (``pidquota.spark.java.options``) after pidquota's, and gets ``driver_memory``
     (``pidquota.spark.driver.memory``) as its heap, unless the user gave Spark one."""
     from pyspark import SparkConf, SparkContext
 
@@ -179,7 +184,7 @@ def _gateway(driver_memory: str = "", class_cache: str = ""):
     submitted = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))  # spark-submit's JVM runs already
     if SparkContext._gateway is None and not submitted and "spark.driver.extraJavaOptions" not in given:
         archive = class_data.prepare(class_cache, find_java(), _spark_home() / "jars")
-        options = f"-D{_LOG4J_PROPERTY}={LOG4J2.as_uri()} {archive.options}"
+        options = f"-D{_LOG4J_PROPERTY}={LOG4J2.as_uri()} {archive.options} {java_options}"
         launch.set("spark.driver.extraJavaOptions", options.strip())
     given_memory = "spark.driver.memory" in given or os.environ.get("SPARK_DRIVER_MEMORY")
     if SparkContext._gateway is None and driver_memory and not given_memory:

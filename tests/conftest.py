@@ -16,6 +16,7 @@ checked against its markers (``harness.require``, and :func:`_spark_needs_its_ma
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -63,6 +64,13 @@ def pytest_runtest_teardown(item):
     harness.current = None
 
 
+# Every Spark JVM the tests start, in this process or a `pidquota run` of theirs: C1 alone. A
+# test's JVM lives seconds to minutes, and C2's compiling is a third of its CPU, which two
+# pytest workers on two cores run short of (pidquota.spark.java.options).
+TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+os.environ.setdefault("PIDQUOTA_SPARK_JAVA_OPTIONS", TEST_JAVA_OPTIONS)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _spark_needs_its_marker():
     """A test without the ``spark`` (or ``e2e``, ``cluster``) marker that reaches for a
@@ -88,7 +96,11 @@ def spark():
 
     # In-process tests check logic, and a failed task fails them at once: local[2,1]. The CLI's
     # default local[2] runs as local[2,4] (tests/streaming/test_faults.py kills a worker).
-    overrides = {"pidquota.spark.shuffle.partitions": "2", "pidquota.spark.master": "local[2,1]"}
+    overrides = {
+        "pidquota.spark.shuffle.partitions": "2",
+        "pidquota.spark.master": "local[2,1]",
+        "pidquota.spark.java.options": TEST_JAVA_OPTIONS,
+    }
     session = spark_session(load(overrides=overrides, environ={}))
     yield session
     session.stop()

@@ -40,6 +40,8 @@ QUERY_METRICS = (
     "pidquota_failed_publishes_total",
     "pidquota_prometheus_users",
     "pidquota_shadow",
+    "pidquota_actuator_actions_total",
+    "pidquota_actuator_principals",
 )
 METRIC_NAMES = PER_USER_METRICS + QUERY_METRICS
 

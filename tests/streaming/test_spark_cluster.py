@@ -6,7 +6,7 @@ The executors' Python cannot import pidquota from this checkout
 shipped: by ``spark-submit --py-files`` with what ``pidquota package`` wrote, or
 by ``pidquota run --master`` itself. The input is a generated hour on Kafka
 (pidquota's Python data sources: the Kafka source on the executors, the Kafka
-writer for ``--decisions-topic``); the demo source runs there too. The local-mode
+writer for ``--decisions-topic``). The local-mode
 run every cluster run must equal is itself a spark-submit of the package (on
 ``local[2]``, with the HDFS-backed state store; the cluster runs use RocksDB).
 """
@@ -135,19 +135,14 @@ def test_spark_submit_with_the_package_decides_as_local_mode(
     assert len(kafka.consume("cluster-decisions")) == len(local_run)  # the Kafka writer ran there
 
 
-def test_the_demo_runs_on_the_cluster_and_the_log_level_turns_spark_s_logging_up(spark_cluster, tmp_path):
-    args = ["run", "--master", spark_cluster.url, "--output", str(tmp_path / "out"), "--duration", "4s"]
-    done = cli(*args, "--set", "pidquota.log.level=INFO", env=on_cluster(spark_cluster))
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert len(read_output(tmp_path / "out", "decisions")) > 0
-    assert " INFO " in done.stderr  # Spark's own logging, at INFO
-
-
 def test_run_master_survives_a_lost_worker_and_decides_the_same(spark_cluster, hour, local_run, tmp_path):
     """Last in the module: it leaves the cluster one worker short. The checkpoint is given
-    outside the output folder (on a cluster: a folder every node shares)."""
+    outside the output folder (on a cluster: a folder every node shares). At
+    pidquota.log.level=INFO, Spark's own logging shows (the spark-submit run above shows it
+    is quiet by default)."""
     out = tmp_path / "out"
     extra = ("--master", spark_cluster.url, "--checkpoint", str(tmp_path / "shared" / "ck"))
+    extra += ("--set", "pidquota.log.level=INFO")
     args = [sys.executable, "-m", "pidquota", *run_args(hour, out, *extra)]
     env = {**os.environ, **on_cluster(spark_cluster)}
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -160,7 +155,5 @@ def test_run_master_survives_a_lost_worker_and_decides_the_same(spark_cluster, h
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr[-3000:]
     assert "Lost executor" in stderr  # Spark saw it go, and rescheduled its work
-    assert [
-        line for line in stderr.splitlines() if " INFO " in line or "resolves to a loopback" in line
-    ] == []
+    assert " INFO " in stderr  # Spark's own logging, at INFO
     pd.testing.assert_frame_equal(decisions(out), local_run)
