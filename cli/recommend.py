@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if args.input.startswith("kafka://"):
         KafkaUrl.parse(args.input)
     else:
-        preflight.check_input(checkpoints.Source.of(args.input))
+        preflight.check_input(checkpoints.Source.of(args.input), config["pidquota.input.format"])
     settings = QuotaSettings.from_config(config)
 
     def suggestion(stats):

@@ -184,7 +184,7 @@ def _start_up_checks(
         return reads, ckpt is not None and (ckpt / "offsets").is_dir()
     from pidquota.streaming.sources.listing import start_up_notes
 
-    notes, resumed = start_up_notes(args.input, checkpoint)
+    notes, resumed = start_up_notes(args.input, checkpoint, config["pidquota.input.format"])
     for note in notes:
         print(f"pidquota: {note}", file=sys.stderr)
     ckpt = local_path(checkpoint)  # followed files keep no file ledger: the offsets say it

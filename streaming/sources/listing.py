@@ -162,13 +162,18 @@ def check_input(path: str | Path) -> None:
         raise InputError(f"input {str(path)!r} is not readable by this user")
 
 
-def start_up_notes(root: str | Path, checkpoint: str | Path) -> tuple[list[str], bool]:
+def start_up_notes(root: str | Path, checkpoint: str | Path, fmt: str = "events") -> tuple[list[str], bool]:
     """Warnings for the operator before a file input starts, and whether the ledger
-    already existed (so "nothing new since the checkpoint" rather than "read nothing")."""
+    already existed (so "nothing new since the checkpoint" rather than "read nothing").
+    A file not read yet that ``fmt`` cannot read (``streaming/sources/sniff.py``) fails now."""
+    from pidquota.streaming.sources.sniff import check_files
+
     check_input(root)
     listing = scan(root)
     ledger_path = Path(checkpoint) / LEDGER
     ledger = read_ledger(ledger_path)
+    read = {entry.path for entry in ledger}
+    check_files((f.path for f in listing.files if f.path not in read), fmt)
     notes = []
     if listing.skipped:
         shown = ", ".join(listing.skipped[:5]) + (

@@ -1,0 +1,112 @@
+"""A file input's files looked at before Spark reads them: the first lines of each say what
+it holds, so a wrong ``--input-format``, a compressed file or a binary one is one line at
+start-up, instead of every line turned into a dead letter (issue 35: forgetting
+``--input-format kafka-request-log`` once copied a 143 MB request log into dead letters).
+
+Each file's head (:data:`HEAD` bytes, at most :data:`LINES` lines) is one of:
+
+* ``gzip``: it starts with gzip's magic bytes (``1f 8b``);
+* ``binary``: most lines hold a NUL byte, or bytes that are not UTF-8;
+* ``request-log``: most lines are a broker's request-log completions (``Completed
+  request:``, raw or inside a log shipper's JSON);
+* ``events``: most lines are JSON objects with a ``principal`` or ``producer_id``;
+* ``text``: anything else (the screen names each bad line in the dead letters), or empty.
+
+Worked example: with ``--input-format events``, a folder holding ``kafka-request.log``
+(request-log lines) fails with ``in/kafka-request.log holds Kafka request-log lines, not
+JSON events: add --input-format kafka-request-log``; the same folder with that flag passes.
+Spark-free and pure: it reads the files' first bytes, nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+
+from pidquota.conf.errors import InputError
+
+HEAD = 16_384  # bytes read from each file
+LINES = 20  # lines of the head looked at
+MAX_FILES = 500  # the first files in read order; a larger folder is sampled no further
+
+_FIX = {
+    (
+        "events",
+        "request-log",
+    ): "holds Kafka request-log lines, not JSON events: add --input-format kafka-request-log",
+    ("kafka-request-log", "events"): (
+        "holds JSON events, not Kafka request-log lines: drop --input-format kafka-request-log "
+        "(JSON events are --input-format events)"
+    ),
+}
+
+
+def kind_of(head: bytes) -> str:
+    """What a file's first bytes say it holds (see the module docstring)."""
+    if head.startswith(b"\x1f\x8b"):
+        return "gzip"
+    lines = head.split(b"\n")
+    if len(head) == HEAD and len(lines) > 1:
+        lines = lines[:-1]  # the last may be cut mid-line
+    kinds = Counter(_line_kind(line) for line in lines[:LINES] if line.strip())
+    if not kinds:
+        return "text"
+    kind, n = kinds.most_common(1)[0]
+    return kind if n * 2 > sum(kinds.values()) else "text"
+
+
+def _line_kind(line: bytes) -> str:
+    """One line's kind: a few bad lines among good ones are the screen's to name (dead letters),
+    not a reason to refuse the file."""
+    if b"\x00" in line:
+        return "binary"
+    try:
+        text = line.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return "binary"
+    if "Completed request:" in text:
+        return "request-log"
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return "text"
+        if isinstance(value, dict) and ("principal" in value or "producer_id" in value):
+            return "events"
+    return "text"
+
+
+def _head(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(HEAD)
+    except OSError:  # gone or unreadable since the listing: the source says so when it reads
+        return None
+
+
+def problem(path: str, fmt: str, kind: str) -> str | None:
+    """The line that says what is wrong with a file of ``kind`` read as ``fmt``, or None."""
+    if kind == "gzip":
+        return f"{path} is gzip-compressed, and pidquota reads plain-text lines: unpack it (gunzip {path}) or move it out of the input"
+    if kind == "binary":
+        return f"{path} is not a text file (NUL bytes, or not UTF-8): move it out of the input"
+    fix = _FIX.get((fmt, kind))
+    return f"{path} {fix}" if fix else None
+
+
+def check_files(paths: Iterable[str], fmt: str) -> None:
+    """An :class:`InputError` naming the first file that ``fmt`` cannot read, with the fix,
+    and how many more there are; nothing for a format without files (``record-batches``)."""
+    if fmt not in ("events", "kafka-request-log"):
+        return
+    found = []
+    for i, path in enumerate(paths):
+        if i >= MAX_FILES:
+            break
+        head = _head(path)
+        if head is not None and (line := problem(path, fmt, kind_of(head))) is not None:
+            found.append(line)
+    if found:
+        more = f" ({len(found) - 1} more file(s) like it)" if len(found) > 1 else ""
+        raise InputError(f"{found[0]}{more}; nothing was read")

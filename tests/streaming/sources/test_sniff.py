@@ -1,0 +1,116 @@
+"""streaming/sources/sniff.py: a file input's files are looked at before Spark reads them, so
+a wrong --input-format, a gzip file or a binary one is one line at start-up and nothing is
+read (issue 35: a forgotten --input-format once made 134,607 dead letters, 143 MB)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from pidquota.cli.main import main
+from pidquota.conf.errors import InputError
+from pidquota.streaming.sources.sniff import HEAD, check_files, kind_of
+
+EVENT = json.dumps({"timestamp": 1, "principal": "User:a", "producer_id": 7})
+REQUEST = (
+    '[2026-01-01 00:00:00,000] DEBUG Completed request:{"isForwarded":false,"requestHeader":'
+    '{"requestApiKey":22,"requestApiVersion":5,"requestApiKeyName":"INIT_PRODUCER_ID"}} '
+    "(kafka.request.logger)"
+)
+SHIPPED = json.dumps({"@timestamp": "2026-01-01T00:00:00Z", "message": REQUEST})
+
+
+@pytest.mark.parametrize(
+    "head, kind",
+    [
+        ((EVENT + "\n") * 5, "events"),
+        ((REQUEST + "\n") * 5, "request-log"),
+        ((SHIPPED + "\n") * 5, "request-log"),  # a log shipper's JSON around the line
+        ((EVENT + "\nnot json\n") * 3 + EVENT, "events"),  # most lines decide
+        ("a,b,c\n1,2,3\n", "text"),
+        ("", "text"),
+        (gzip.compress((EVENT + "\n").encode()), "gzip"),
+        (b"\x00\x01\x02 parquet?", "binary"),
+        (b"\xff\xfe not utf-8", "binary"),
+    ],
+)
+def test_what_the_first_lines_say(head, kind):
+    assert kind_of(head if isinstance(head, bytes) else head.encode()) == kind
+
+
+def test_a_line_cut_at_the_end_of_the_head_does_not_count():
+    head = ((REQUEST + "\n") * 200).encode()[:HEAD]
+    assert kind_of(head) == "request-log"
+
+
+def _files(tmp_path, **contents) -> list[str]:
+    paths = []
+    for name, data in contents.items():
+        path = tmp_path / name.replace("_", ".")
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+        paths.append(str(path))
+    return paths
+
+
+def test_request_log_lines_read_as_events_name_the_flag(tmp_path):
+    paths = _files(tmp_path, events_jsonl=EVENT + "\n", kafka_request_log=(REQUEST + "\n") * 3)
+    with pytest.raises(InputError) as caught:
+        check_files(paths, "events")
+    assert str(caught.value) == (
+        f"{paths[1]} holds Kafka request-log lines, not JSON events: add --input-format kafka-request-log; "
+        "nothing was read"
+    )
+    check_files(paths[1:], "kafka-request-log")  # the right flag reads it
+
+
+def test_events_read_as_a_request_log_name_the_flag(tmp_path):
+    paths = _files(tmp_path, a_jsonl=EVENT + "\n", b_jsonl=EVENT + "\n")
+    with pytest.raises(
+        InputError, match=r"holds JSON events, not Kafka request-log lines: drop --input-format "
+    ):
+        check_files(paths, "kafka-request-log")
+    with pytest.raises(InputError, match=r"\(1 more file\(s\) like it\); nothing was read$"):
+        check_files(paths, "kafka-request-log")
+
+
+def test_a_gzip_or_binary_file_is_named_with_the_fix(tmp_path):
+    [gz] = _files(tmp_path, events_jsonl_gz=gzip.compress((EVENT + "\n").encode()))
+    with pytest.raises(
+        InputError,
+        match=rf"^{gz} is gzip-compressed, and pidquota reads plain-text lines: unpack it \(gunzip {gz}\)",
+    ):
+        check_files([gz], "events")
+    [bin_] = _files(tmp_path, events_parquet=b"PAR1\x00\x00")
+    with pytest.raises(InputError, match="is not a text file"):
+        check_files([bin_], "kafka-request-log")
+
+
+def test_other_text_and_the_log_audit_are_left_to_the_reader(tmp_path):
+    paths = _files(tmp_path, notes_txt="hello\n", empty_jsonl="")
+    check_files(paths, "events")
+    check_files(_files(tmp_path, x_gz=b"\x1f\x8b"), "record-batches")  # no files there: Kafka input
+
+
+def test_run_and_recommend_stop_before_spark_and_the_right_flag_goes_on(tmp_path, capsys, no_spark):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "kafka-request.log").write_text((REQUEST + "\n") * 3)
+    out = tmp_path / "out"
+    assert main(["run", "--input", str(logs), "--output", str(out), "--once"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"pidquota: error: {logs / 'kafka-request.log'} holds Kafka request-log lines, not JSON events: "
+        "add --input-format kafka-request-log; nothing was read"
+    ]
+    assert not (out / "dead-letters").exists()
+    assert main(["recommend", "--input", str(logs)]) == 2
+    assert "add --input-format kafka-request-log" in capsys.readouterr().err
+    ok = ["run", "--input", str(logs), "--output", str(out), "--once", "--input-format", "kafka-request-log"]
+    assert main(ok) == 2 and "Spark would start here" in capsys.readouterr().err  # past every check
+
+
+def test_a_few_bad_lines_among_events_are_the_screens_to_name_not_a_binary_file():
+    head = (EVENT + "\n").encode() * 4 + b"\x00\x01 torn\n" + b"\xff not utf-8\n"
+    assert kind_of(head) == "events"
