@@ -308,6 +308,8 @@ def _say_end(args: argparse.Namespace, plan: run_plan.Plan, totals, summary) -> 
         top = ", ".join(f"{k} {n:,}" for k, n in totals.skipped.most_common(4))
         more = " ..." if len(totals.skipped) > 4 else ""
         print(f"pidquota: skipped {sum(totals.skipped.values()):,} input lines of no interest ({top}{more})")
+    if totals.dead_by_file:
+        print(f"pidquota: dead letters by file: {_by_file(totals.dead_by_file)}")
     if plan.act is not None:
         dry = " (dry run: nothing changed on the cluster)" if plan.act.dry_run else ""
         print(f"pidquota: actuator{dry}: {plan.act.summary()}; every action in {plan.out}/actions/")
@@ -316,6 +318,18 @@ def _say_end(args: argparse.Namespace, plan: run_plan.Plan, totals, summary) -> 
         f"{totals.rows['decisions']} decisions, {totals.rows['metrics']} metric rows, "
         f"{totals.rows['dead-letters']} dead letters under {plan.out}/"
     )
+
+
+def _by_file(counts, shown: int = 3) -> str:
+    """The files with the most dead letters: ``in/b.jsonl 30, in/a.jsonl 11 (and 2 more files)``."""
+    top = ", ".join(f"{_local(f)} {n:,}" for f, n in counts.most_common(shown))
+    more = len(counts) - shown
+    return top + (f" (and {more} more file{'s' if more > 1 else ''})" if more > 0 else "")
+
+
+def _local(source: str) -> str:
+    """A file's path as the user wrote it: without Spark's ``file:`` scheme."""
+    return source.removeprefix("file://").removeprefix("file:")
 
 
 def _lines(

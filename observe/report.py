@@ -338,7 +338,14 @@ def dead_letters_html(dead: pd.DataFrame) -> str:
     shown = reasons.head(MAX_ROWS)
     by_reason = _table(["reason class", "reason", "dead letters"], shown.values.tolist(), {2})
     more = len(reasons) - len(shown)
-    return by_class + "<p></p>" + by_reason + _note(f"{more} more reasons not shown" if more else None)
+    parts = by_class + "<p></p>" + by_reason + _note(f"{more} more reasons not shown" if more else None)
+    files = rd.dead_letter_files(dead)
+    if len(files):
+        top = files.head(MAX_ROWS)
+        parts += "<p></p>" + _table(["input file", "dead letters"], top.values.tolist(), {1})
+        rest = len(files) - len(top)
+        parts += _note(f"{rest} more files not shown" if rest else None)
+    return parts
 
 
 def plots_html(run: rd.Run, table: pd.DataFrame, h: rd.Header) -> str:

@@ -46,6 +46,7 @@ class BatchTotals:
     rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTPUTS, 0))
     skipped: Counter = field(default_factory=Counter)  # input lines of no interest, per kind
     anonymous: int = 0  # decisions for User:ANONYMOUS: a listener that authenticates no one
+    dead_by_file: Counter = field(default_factory=Counter)  # dead letters per input file (file inputs)
 
     def add(self, parts: dict[str, pa.Table]) -> None:
         for name, part in parts.items():
@@ -53,6 +54,11 @@ class BatchTotals:
         rows = parts["skipped"]
         for key, n in zip(rows["what"].to_pylist(), rows["count"].to_pylist(), strict=True):
             self.skipped[str(key)] += int(n)
+        dead = parts["dead-letters"]
+        if dead.num_rows:
+            for source in dead["source"].to_pylist():
+                if source and "@" not in source:  # a file, not a Kafka topic/partition@offset
+                    self.dead_by_file[source] += 1
         decisions = parts["decisions"]
         if decisions.num_rows:
             self.anonymous += pc.sum(pc.equal(decisions["principal"], ANONYMOUS)).as_py() or 0

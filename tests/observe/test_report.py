@@ -13,7 +13,7 @@ import pytest
 
 from pidquota.cli.main import main
 from pidquota.observe import report_data as rd
-from pidquota.observe.report import MAX_ROWS, render
+from pidquota.observe.report import MAX_ROWS, dead_letters_html, render
 from pidquota.quota import ADMIT, THROTTLE, PrincipalQuota, QuotaSettings
 from pidquota.streaming.columns import OUTPUTS
 from pidquota.streaming.outputs.sink import write_jsonl
@@ -275,6 +275,15 @@ def test_dead_letters_by_reason_and_class(run_dir):
         ["missing_field", "missing required field 'timestamp'", 1],
     ]
     assert rd.dead_letter_classes(reasons).values.tolist() == [["not_json", 2], ["missing_field", 1]]
+    assert rd.dead_letter_files(rd.load_run(run_dir).dead).values.tolist() == [["f", 3]]
+
+
+def test_dead_letters_by_file_the_most_first_and_none_for_kafka():
+    dead = pd.DataFrame(
+        {"source": ["file:///in/a.jsonl", "file:/in/b.jsonl", "file:/in/b.jsonl", "topic/0@7", None]}
+    )
+    assert rd.dead_letter_files(dead).values.tolist() == [["/in/b.jsonl", 2], ["/in/a.jsonl", 1]]
+    assert "<td>/in/b.jsonl</td><td class=n>2</td>" in dead_letters_html(dead.assign(reason="not valid JSON"))
 
 
 def png_size(png: bytes) -> tuple[int, int]:
