@@ -152,9 +152,18 @@ class Exporter:
     def _define(self) -> None:
         reg = self.registry
         self.gauges = {k: Gauge(n, h, ["user"], registry=reg) for k, (n, h) in _USER_GAUGES.items()}
-        self.admitted = Counter("pidquota_producer_ids_admitted", "New PIDs admitted", ["user"], registry=reg)
+        self.admitted = Counter(
+            "pidquota_producer_ids_admitted",
+            "New PIDs admitted (each once: an admitted PID is known from then on)",
+            ["user"],
+            registry=reg,
+        )
         self.throttled = Counter(
-            "pidquota_producer_ids_throttled", "New PIDs throttled", ["user"], registry=reg
+            "pidquota_producer_ids_throttled",
+            "THROTTLE decisions: sightings of unknown PIDs refused; a refused PID seen again counts "
+            "again (distinct throttled PIDs: pidquota report)",
+            ["user"],
+            registry=reg,
         )
         self.events = Counter("pidquota_input_events", "Events read (dead letters included)", registry=reg)
         rate = Gauge(

@@ -17,7 +17,8 @@ MAX_USER_WIDTH = 60
 # new PIDs get in over any t, so up to 2 x quota over one window).
 LEGEND = (
     "rate/W: new PIDs admitted in the last window W. Up to 2 x quota/W can get in: the burst "
-    "(quota) plus the refill over W (quota/W per W), the bucket's B + Q*t. tokens < 1: a new PID waits."
+    "(quota) plus the refill over W (quota/W per W), the bucket's B + Q*t. tokens < 1: a new PID waits. "
+    "admitted: new PIDs, each once; throttles: THROTTLE decisions (a refused PID seen again counts again)."
 )
 _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear the screen
 
@@ -119,7 +120,7 @@ class UserTable:
         width = min(MAX_USER_WIDTH, max([4, *(len(u) for u in self.latest)]))
         header = (
             f"{'user':<{width}} {'quota/W':>8} {'rate/W':>8} {'tokens':>8} {'admitted':>9} "
-            f"{'throttled':>9} {'state':>9}  STATE"
+            f"{'throttles':>9} {'state':>9}  STATE"
         )
         lines = [f"-- {which}, event time {when} UTC{mode} --", header]
         for r in rows:

@@ -259,3 +259,12 @@ def test_a_replayed_row_neither_counts_nor_protects():
     ex.observe_batch(1, frames([replayed]))
     assert "User:old" not in ex.labels.protected
     assert value(scrape(ex), "pidquota_producer_ids_throttled_total", user="User:old") is None
+
+
+def test_each_count_says_what_it_counts():
+    """The throttled counter counts decisions, not distinct PIDs (issue 35 §3: the demo's crash
+    loop had 4,379 THROTTLE decisions on 828 PIDs), and its HELP says so."""
+    helps = {f.name: f.documentation for f in Exporter(W, 1).registry.collect()}
+    assert helps["pidquota_producer_ids_throttled"].startswith("THROTTLE decisions: ")
+    assert "counts again" in helps["pidquota_producer_ids_throttled"]
+    assert helps["pidquota_producer_ids_admitted"].startswith("New PIDs admitted (each once")

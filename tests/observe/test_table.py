@@ -114,3 +114,10 @@ def test_a_user_the_actuator_acts_on_says_so_until_it_is_undone():
     dry = pd.DataFrame([{"principal": "User:steady", "action": "apply", "dry_run": True}])
     table.update(3, {"metrics": rows.assign(batch_id=3), "actions": dry})
     assert lines_of(printed[-1].strip())["User:steady"].rstrip().endswith("ok, WOULD ACT")
+
+
+def test_the_counts_say_what_they_count():
+    text = shown([row("User:crash", 0.5, throttled=7)])
+    header = text.splitlines()[1].split()
+    assert "throttles" in header and "throttled" not in header
+    assert "throttles: THROTTLE decisions (a refused PID seen again counts again)" in text
