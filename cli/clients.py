@@ -11,6 +11,7 @@ import time
 from pidquota.cli.common import add_config_flags, load_settings
 from pidquota.conf.durations import EXAMPLES, parse_duration_ms
 from pidquota.conf.errors import ConfigError
+from pidquota.observe.progress import Ticker
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -54,11 +55,17 @@ def run(args: argparse.Namespace) -> int:
     if args.behaviour == "steady":  # one producer, one PID, for the whole run
         sent = clients.steady(make, url.topic, max(1, int(duration_s * args.rate)), args.records, gap)
     else:
-        sent, end = clients.Sent(), time.monotonic() + duration_s
+        sent, end, ticker = clients.Sent(), time.monotonic() + duration_s, Ticker()
         while time.monotonic() < end:
+            ticker.tick(
+                lambda: (
+                    f"pidquota: clients: {sent.records:,} records sent, {len(set(sent.pids))} producer ids"
+                )
+            )
             one = clients.crash_loop(make, url.topic, 1, args.records, gap)
             sent.records += one.records
             sent.pids += one.pids
+        ticker.close()
     print(
         f"pidquota: {args.behaviour} sent {sent.records:,} records under {len(set(sent.pids))} producer id(s)",
         file=sys.stderr,

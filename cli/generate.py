@@ -12,6 +12,7 @@ from pidquota.cli.blocks import add_block_store_flags, block_store
 from pidquota.cli.common import load_settings
 from pidquota.conf.durations import EXAMPLES, parse_duration_ms
 from pidquota.conf.errors import ConfigError
+from pidquota.observe.progress import Ticker
 from pidquota.traffic.generator import DEFAULT_START_MS, TrafficGenerator
 from pidquota.traffic.mixes import MIXES
 from pidquota.traffic.request_log import RequestLog
@@ -82,16 +83,19 @@ def run(args: argparse.Namespace) -> int:
     if args.noise < 0:
         raise ConfigError(f"--noise must be >= 0, got {args.noise}")
     log = RequestLog(args.noise) if args.format == "kafka-request-log" else None
+    ticker = Ticker()
     with _EventSink(args) as sink:
         for lines, keys in gen.keyed_chunks(duration, chunk_ms=chunk_ms):
             if log is not None:  # lines of the brokers' request log, unkeyed
                 lines, keys = list(log.lines(lines)), None
             sink.write(lines, keys)
+            ticker.tick(lambda: _progress(gen, duration, sink.count, log is not None))
             if args.speed:
                 sink.flush()
                 ahead = (gen.now_ms - gen.start_ms) / args.speed / 1000 - (time.monotonic() - wall0)
                 if ahead > 0:
                     time.sleep(ahead)
+    ticker.close()
     count = sink.count
     summary = {"events": count, "seed": args.seed, "duration_ms": duration, **gen.summary()}
     summary_path = Path(args.summary) if args.summary else None
@@ -160,3 +164,16 @@ class _EventSink:
         if self._producer is not None:
             self._producer.flush()
             self._producer.close()
+
+
+def _progress(gen, duration_ms: int, count: int, lines: bool) -> str:
+    return (
+        f"pidquota: generate: {_clock(gen.now_ms - gen.start_ms)} of {_clock(duration_ms)} generated, "
+        f"{count:,} {'lines' if lines else 'events'} written"
+    )
+
+
+def _clock(ms: int) -> str:
+    """Event time as ``H:MM:SS``."""
+    s = max(0, int(ms // 1000))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"

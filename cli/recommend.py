@@ -92,7 +92,9 @@ def run(args: argparse.Namespace) -> int:
         return _plan(stats, choice).quotas()
 
     what_if_quotas = None if args.no_what_if else (choice["quotas"] or suggestion)
-    stats, summary = recommend_job.compute(args.input, config, what_if_quotas, choice["short_life_ms"])
+    stats, summary = recommend_job.compute(
+        args.input, config, what_if_quotas, choice["short_life_ms"], say=_progress
+    )
     plan = _plan(stats, choice)
     basis = _basis(settings, choice)
     what_if = None
@@ -191,3 +193,8 @@ def _emit_configs(plan, target: str) -> None:
     except OSError as exc:
         raise PidquotaError(f"cannot write {target}: {exc.strerror or exc}") from None
     print(f"pidquota: wrote {target}; nothing applied. Review it, then run: sh {target}", file=sys.stderr)
+
+
+def _progress(step: str) -> None:
+    """One line per step of the job on stderr, so its half a minute or more is not silent."""
+    print(f"pidquota: recommend: {step}", file=sys.stderr, flush=True)

@@ -164,8 +164,9 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
     if acting:
         print(acting.replace("OUTPUT/", run_plan.folder_shown(args.output)))
     table = _table(args, config)
+    progress = None if table is not None else _progress()
     summed = args.once or args.duration is not None or plan.demo
-    sink, summary = _sink(plan, table and table.update, summed)
+    sink, summary = _sink(plan, table.update if table is not None else progress.update, summed)
     output = q.enforcer(lines, config, plan.quotas, replay_until=plan.replay_ms)
     query = q.start(output, sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"])
     duration_s = None if args.duration is None else parse_duration_ms(args.duration) / 1000
@@ -185,6 +186,8 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
         raise _query_failed(error, plan, heap)
     if table is not None:
         table.flush()
+    else:
+        progress.close()
     _say_end(args, plan, sink.totals, summary)
     return signals.exit_code or 0
 
@@ -365,6 +368,13 @@ def _table(args: argparse.Namespace, config):
     window_ms = QuotaSettings.from_config(config).window_ms
     shadow = config["pidquota.mode"] == "shadow"
     return UserTable(window_ms, shadow=shadow, max_rows=None if args.input is None else TABLE_ROWS)
+
+
+def _progress():
+    """A progress line per batch where no table shows (``--once``): ``observe/progress.py``."""
+    from pidquota.observe.progress import Progress
+
+    return Progress()
 
 
 def _each(callbacks: list):

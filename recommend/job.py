@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -48,17 +50,31 @@ from pidquota.streaming.outputs.reader import read_output
 
 
 def compute(
-    input_path: str, config, quotas, short_life_ms: int = DEFAULT_SHORT_LIFE_MS
+    input_path: str,
+    config,
+    quotas,
+    short_life_ms: int = DEFAULT_SHORT_LIFE_MS,
+    say: Callable[[str], None] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """``(stats, what_if or None)`` for the events at ``input_path``; ``quotas``: the candidate
     ``{entity: rate}`` of --what-if, a function of the statistics that returns them, or
-    None (no what-if); ``short_life_ms``: L of the PID lives."""
+    None (no what-if); ``short_life_ms``: L of the PID lives; ``say``: told each step as it
+    starts, with the seconds since the first (the command's progress lines)."""
     from pidquota.streaming.session import spark_session
 
+    started = time.monotonic()
+    passes = 1 if quotas is None else 2
+
+    def step(text: str) -> None:
+        if say is not None:
+            say(f"{text} ({time.monotonic() - started:.0f} s)")
+
+    step("starting Spark")
     spark = spark_session(config)
     settings = QuotaSettings.from_config(config)
     work = Path(tempfile.mkdtemp(prefix="pidquota-recommend-"))
     try:
+        step(f"pass 1 of {passes}: each user's statistics from {input_path}")
         lines = _lines(spark, input_path, config, work / "events-checkpoint")
         _run(_events(lines, config["pidquota.principal.max.length"]), work / "events")
         events = spark.read.parquet(str(work / "events"))
@@ -67,8 +83,10 @@ def compute(
             quotas = quotas(stats)
         what_if = None
         if quotas is not None:
+            step(f"pass 2 of {passes}: what the quotas would throttle, by the enforcer itself")
             lines = _lines(spark, input_path, config, work / "what-if-checkpoint")
             what_if = what_if_summary(_enforce(lines, config, quotas, work / "what-if"))
+        step("done")
         return stats, what_if
     finally:
         shutil.rmtree(work, ignore_errors=True)

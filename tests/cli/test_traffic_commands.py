@@ -1,6 +1,7 @@
 """`pidquota generate` and `pidquota blocks`."""
 
 import json
+import re
 
 from pidquota.cli.main import main
 
@@ -13,7 +14,11 @@ def test_generate_writes_events_and_a_summary_then_blocks_prints_the_audit(tmp_p
     summary = json.loads((tmp_path / "g.jsonl.summary.json").read_text())
     assert summary["events"] == len(lines) > 1000
     assert summary["principals"]["User:crash-loop"]["behaviour"] == "crash-loop"
-    assert "User:crash-loop" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "User:crash-loop" in err
+    assert re.search(
+        r"^pidquota: generate: 0:01:00 of 0:10:00 generated, [\d,]+ events written \(0 s\)$", err, re.M
+    )
     assert main(["blocks", "--blocks", str(blocks)]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].split() == ["#", "broker_id", "broker_epoch", "start", "block_end"]

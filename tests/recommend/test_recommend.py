@@ -550,7 +550,7 @@ def computed(monkeypatch):
     the sample's frames."""
     calls = []
 
-    def compute(input_path, config, quotas, short_life_ms=rec.DEFAULT_SHORT_LIFE_MS):
+    def compute(input_path, config, quotas, short_life_ms=rec.DEFAULT_SHORT_LIFE_MS, say=None):
         stats = sample_stats()
         asked = quotas(stats) if callable(quotas) else quotas
         calls.append((input_path, config, asked, short_life_ms, callable(quotas)))

@@ -62,7 +62,14 @@ def test_the_suggested_quotas_throttle_no_well_behaved_user(spark, generated, co
     stats, _ = recommend_job.compute(str(path), config, None)
     usage = rec.with_suggestions(stats, 2.0)
     quotas = dict(zip(usage.principal, usage.suggested, strict=True))
-    _, what_if = recommend_job.compute(str(path), config, quotas)
+    said = []
+    _, what_if = recommend_job.compute(str(path), config, quotas, say=said.append)
+    assert [line.rsplit(" (", 1)[0] for line in said] == [  # the command's progress lines
+        "starting Spark",
+        f"pass 1 of 2: each user's statistics from {path}",
+        "pass 2 of 2: what the quotas would throttle, by the enforcer itself",
+        "done",
+    ]
     throttles = dict(zip(what_if.principal, what_if.throttles, strict=True))
     for user in WELL_BEHAVED:
         assert throttles.get(user, 0) == 0, user
