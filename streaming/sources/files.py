@@ -44,8 +44,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 
 from pidquota.conf.errors import CorruptStateError
 from pidquota.streaming import stopping
+from pidquota.streaming.request_log import Options
 from pidquota.streaming.screen import screen_limit, screened_schema
-from pidquota.streaming.sources import follow
+from pidquota.streaming.sources import follow, sniff
 from pidquota.streaming.sources.formats import screened_lines
 from pidquota.streaming.sources.listing import (
     append_ledger,
@@ -167,18 +168,32 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: int | None = None  # availableNow: the ledger size when the query started
 
     def _refresh(self) -> int:
-        """List, warn about what is skipped or changed, append new files to the ledger."""
+        """List, warn about what is skipped or changed, append new files to the ledger. A new
+        file the input's format cannot read (``sniff.py``: the other format, gzip, binary) is
+        not read, and named once: the stream goes on with the others."""
         listing = scan(self.root)
         news = [f for f in listing.files if f.path not in self._known and f.size > 0]
         for path in [*listing.skipped, *changed_since_read(listing, self.ledger)]:
             if path not in self._warned and not in_progress(path):  # a writer's .tmp, renamed soon
                 self._warned.add(path)
                 log.warning("pidquota: not reading %s (hidden name, or changed after it was read)", path)
+        news = [f for f in news if self._readable(f.path)]
         if news:
             append_ledger(self.ledger_path, news)
             self.ledger += news
             self._known.update(e.path for e in news)
         return len(self.ledger)
+
+    def _readable(self, path: str) -> bool:
+        if path in self._warned:
+            return False
+        fmt = "kafka-request-log" if Options.from_source(self.options) is not None else "events"
+        why = sniff.problem_of(path, fmt)
+        if why is None:
+            return True
+        self._warned.add(path)
+        log.warning("pidquota: %s; it is not read, and the stream goes on", why)
+        return False
 
     def initialOffset(self) -> dict:
         return {"files": 0}

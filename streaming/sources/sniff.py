@@ -95,6 +95,13 @@ def problem(path: str, fmt: str, kind: str) -> str | None:
     return f"{path} {fix}" if fix else None
 
 
+def problem_of(path: str, fmt: str) -> str | None:
+    """What is wrong with reading the file at ``path`` as ``fmt`` (a file that cannot be
+    opened now is left to the reader, which says so)."""
+    head = _head(path)
+    return None if head is None else problem(path, fmt, kind_of(head))
+
+
 def check_files(paths: Iterable[str], fmt: str) -> None:
     """An :class:`InputError` naming the first file that ``fmt`` cannot read, with the fix,
     and how many more there are; nothing for a format without files (``record-batches``)."""
@@ -104,8 +111,8 @@ def check_files(paths: Iterable[str], fmt: str) -> None:
     for i, path in enumerate(paths):
         if i >= MAX_FILES:
             break
-        head = _head(path)
-        if head is not None and (line := problem(path, fmt, kind_of(head))) is not None:
+        line = problem_of(path, fmt)
+        if line is not None:
             found.append(line)
     if found:
         more = f" ({len(found) - 1} more file(s) like it)" if len(found) > 1 else ""

@@ -180,3 +180,29 @@ def test_a_range_reads_only_to_the_listed_size(tmp_path):
         for v in arr.to_pylist()
     ]
     assert got == [b"a", b"bb", b"ccc"]
+
+
+def test_a_file_the_format_cannot_read_arriving_while_the_query_runs_is_named_once_and_skipped(
+    tmp_path, caplog
+):
+    import gzip
+
+    folder, ledger = tmp_path / "in", tmp_path / "ck" / ls.LEDGER
+    _touch(folder / "a.jsonl", text='{"timestamp": 1, "principal": "User:a", "producer_id": 1}\n')
+    reader = fs.FileStreamReader({"path": str(folder), "ledger": str(ledger)})
+    assert reader.latestOffset({"files": 0}, None) == {"files": 1}
+    request_log = "[2026-01-01 00:00:00,000] DEBUG Completed request:{} (kafka.request.logger)\n"
+    _touch(folder / "broker.log", text=request_log * 3)
+    (folder / "b.jsonl.gz").write_bytes(gzip.compress(b'{"principal": "User:b"}\n'))
+    _touch(folder / "c.jsonl", text='{"timestamp": 2, "principal": "User:c", "producer_id": 2}\n')
+    assert reader.latestOffset({"files": 1}, None) == {"files": 2}  # c.jsonl alone
+    assert reader.latestOffset({"files": 2}, None) == {"files": 2}  # and they are named once
+    said = sorted(r.getMessage() for r in caplog.records if r.name == "pidquota.files")
+    gz = folder / "b.jsonl.gz"
+    assert said == [
+        f"pidquota: {gz} is gzip-compressed, and pidquota reads plain-text lines: unpack it (gunzip {gz}) "
+        "or move it out of the input; it is not read, and the stream goes on",
+        f"pidquota: {folder / 'broker.log'} holds Kafka request-log lines, not JSON events: add "
+        "--input-format kafka-request-log; it is not read, and the stream goes on",
+    ]
+    assert [os.path.basename(e.path) for e in ls.read_ledger(ledger)] == ["a.jsonl", "c.jsonl"]
