@@ -4,6 +4,7 @@ on loopback ports. The tests start their brokers with it (tests/harness/kafka.py
 
     python3 scripts/kafka_broker.py fetch         # the jars, once (cached; needs mvn and Java 17)
     python3 scripts/kafka_broker.py run           # a broker on 127.0.0.1:9092 until Ctrl-C
+    python3 scripts/kafka_broker.py run --version 3.9.1   # Kafka before 4.0 (log4j 1) alike
 
 Each node is a combined broker and controller (KRaft) with three listeners:
 
@@ -39,7 +40,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 POM = ROOT / "docker" / "kafka" / "pom.xml"
 LOG4J2 = ROOT / "docker" / "kafka" / "log4j2.yaml"
-VERSION = "4.1.1"  # Apache Kafka; PIDQUOTA_KAFKA_VERSION picks another 4.x
+POM_LOG4J = ROOT / "docker" / "kafka" / "pom-log4j.xml"  # Kafka before 4.0: log4j 1 (reload4j)
+LOG4J = ROOT / "docker" / "kafka" / "log4j.properties"
+VERSION = "4.1.1"  # Apache Kafka; PIDQUOTA_KAFKA_VERSION picks another (4.x, or 3.x with log4j 1)
 USERS = ("admin", "alice", "bob", "carol", "crash-loop", "steady", "per-batch", "per-error", "pidquota")
 STARTED = "Kafka Server started"  # what kafka.Kafka logs once every listener accepts
 START_TIMEOUT_S = 90
@@ -51,6 +54,11 @@ class BrokerError(RuntimeError):
 
 def version() -> str:
     return os.environ.get("PIDQUOTA_KAFKA_VERSION", VERSION)
+
+
+def uses_log4j1(kafka_version: str) -> bool:
+    """Kafka before 4.0 logs through log4j 1 (``config/log4j.properties``), 4.x through log4j2."""
+    return int(kafka_version.split(".", 1)[0]) < 4
 
 
 def cache_dir(kafka_version: str | None = None) -> Path:
@@ -75,7 +83,7 @@ def fetch(kafka_version: str | None = None, quiet: bool = True) -> Path:
         "-B",
         *(["-q"] if quiet else []),
         "-f",
-        str(POM),
+        str(POM_LOG4J if uses_log4j1(kafka_version) else POM),
         f"-Dkafka.version={kafka_version}",
         "dependency:copy-dependencies",
         f"-DoutputDirectory={partial}",
@@ -120,7 +128,12 @@ def java_cmd(
     java = shutil.which("java")
     if java is None:
         raise BrokerError("java is not installed: Apache Kafka 4.x needs Java 17 or later")
-    props = [f"-Dlog4j2.configurationFile={log4j2}", *_class_archive(java, libs, main)]
+    logging = (
+        f"-Dlog4j.configuration=file:{log4j2}"
+        if log4j2.suffix == ".properties"
+        else f"-Dlog4j2.configurationFile={log4j2}"
+    )
+    props = [logging, *_class_archive(java, libs, main)]
     if logs is not None:
         props.append(f"-Dkafka.logs.dir={logs}")
     return [
@@ -191,7 +204,7 @@ class Cluster:
 
     ``users`` maps each SASL/PLAIN user to its password; ``extra`` adds or overrides broker
     settings (``{"num.partitions": "3"}``); ``log4j2`` is the logging file (default
-    ``docker/kafka/log4j2.yaml``)."""
+    ``docker/kafka/log4j2.yaml``; ``docker/kafka/log4j.properties`` for Kafka 3.x)."""
 
     def __init__(
         self,
@@ -211,7 +224,8 @@ class Cluster:
         self.nodes = [Node(i, self.workdir / f"node-{i}") for i in range(1, size + 1)]
         self.id = cluster_id()
         self.libs: Path | None = None
-        self.log4j2 = Path(log4j2)
+        # Kafka before 4.0 reads log4j 1's properties: the shipped ones, unless given others
+        self.log4j2 = LOG4J if uses_log4j1(self.version) and Path(log4j2) == LOG4J2 else Path(log4j2)
 
     @property
     def bootstrap(self) -> str:
