@@ -10,7 +10,9 @@ re-inits (same PID, epoch bumped), and a user refused by an ACL (``producerId`` 
 
 Every INIT_PRODUCER_ID line the broker writes has a shape (API version, idempotent or
 transactional, error code, client software) found in the corpus taken from Apache Kafka's own
-output (``tests/streaming/data/``), where each line is checked against its own JSON.
+output (``tests/streaming/data/``), where each line is checked against its own JSON. Apache
+Kafka 3.9.1 (log4j 1, configured as docs/real-cluster.md says) has a corpus of its own, with
+the transactional init it refused while its coordinator loaded (error 14).
 """
 
 from __future__ import annotations
@@ -224,11 +226,11 @@ def test_the_real_request_log_followed_live_decides_as_the_clients_record(
     assert {shape(line) for line in lines} <= known, "a line shape the corpus lacks: PIDQUOTA_WRITE_CORPUS=1"
 
 
-def _write_corpus(lines: list[str]) -> None:
+def _write_corpus(lines: list[str], kafka_version: str | None = None) -> None:
     """Add to this Kafka version's corpus the first line of each shape it lacks."""
     import kafka_broker
 
-    path = DATA / f"request-log-apache-kafka-{kafka_broker.version()}.log"
+    path = DATA / f"request-log-apache-kafka-{kafka_version or kafka_broker.version()}.log"
     kept = path.read_text().splitlines() if path.exists() else []
     known = {shape(line) for line in kept}
     for line in lines:
@@ -304,3 +306,55 @@ def test_the_init_only_filter_keeps_every_init_and_nothing_else(tmp_path):
     assert written and all('"requestApiKeyName":"INIT_PRODUCER_ID"' in line for line in written)
     granted = [shape(line) for line in written if shape(line)[2] == 0]
     assert len(granted) == len(record.inits)  # 5 + 1 + 2 (a re-init is a line too)
+
+
+# -- Kafka before 4.0 -----------------------------------------------------------------------
+KAFKA_3 = "3.9.1"  # the last 3.x; Maven Central serves it with its dependencies
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _docs_pre_4_lines() -> list[str]:
+    """The properties lines under "Kafka before 4.0" in docs/real-cluster.md."""
+    text = (ROOT / "docs" / "real-cluster.md").read_text()
+    block = re.search(r"```properties\n(.*?)```", text.split("**Kafka before 4.0**", 1)[1], re.S)
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_the_docs_pre_4_lines_are_the_3x_brokers_logging():
+    import kafka_broker
+
+    shipped = kafka_broker.LOG4J.read_text().splitlines()
+    assert _docs_pre_4_lines() and all(line in shipped for line in _docs_pre_4_lines())
+
+
+def test_kafka_3_writes_the_request_log_the_docs_configure_and_every_init_is_read(tmp_path):
+    """Apache Kafka 3.9.1 (log4j 1) with docker/kafka/log4j.properties, which holds the docs'
+    lines: kafka-python and librdkafka crash loops, a transactional producer and two refused
+    users. Every granted init is read as the clients recorded it, every refused one counted,
+    and each line's shape is in the corpus taken from that version's own output."""
+    broker = ApacheKafka(tmp_path / "kafka", kafka_version=KAFKA_3, heap="384m")
+    broker.start()
+    record = Record()
+    try:
+        kafka_python_loop(broker, record, "crash-loop", restarts=3)
+        _librdkafka_loop(broker, record, "per-batch", restarts=2)
+        _transactional(broker, record)
+        _refused(broker)
+        lines = broker.request_log_lines()
+    finally:
+        broker.stop()
+    import pyarrow as pa
+
+    judged = RequestLogJudge(Options(), 256).judge(
+        pa.array([line.encode() for line in lines], pa.binary()), ["k3"] * len(lines), ["1"] * len(lines)
+    )
+    assert judged.dead == []
+    got = sorted((e["principal"], e["producer_id"], e["producer_epoch"]) for e in judged.events)
+    assert got == sorted((u, p, e) for _, u, p, e in record.inits)
+    assert judged.skipped.get(REFUSED, 0) >= 2  # bob's and carol's, as producerId -1
+    if os.environ.get("PIDQUOTA_WRITE_CORPUS"):
+        _write_corpus(lines, KAFKA_3)
+    known = {
+        shape(line) for line in (DATA / f"request-log-apache-kafka-{KAFKA_3}.log").read_text().splitlines()
+    }
+    assert {shape(line) for line in lines} <= known, "a line shape the corpus lacks: PIDQUOTA_WRITE_CORPUS=1"
