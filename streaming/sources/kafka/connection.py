@@ -49,12 +49,12 @@ class Connection:
             raise LeaderNotAvailableError(f"no leader for {tp.topic}-{tp.partition}")
         return node
 
-    def refresh(self) -> None:
-        self._wait(self.client.cluster.request_update())
+    def refresh(self, timeout_ms: int | None = None) -> None:
+        self._wait(self.client.cluster.request_update(), timeout_ms)
 
-    def _wait(self, future) -> None:
+    def _wait(self, future, timeout_ms: int | None = None) -> None:
         if not future.is_done:
-            self.client.poll(timeout_ms=self.timeout_ms, future=future)
+            self.client.poll(timeout_ms=self.timeout_ms if timeout_ms is None else timeout_ms, future=future)
         if not future.is_done:
             from kafka.errors import KafkaTimeoutError
 

@@ -66,6 +66,7 @@ class _Range:
     timeout_s: float
     deadline: float = 0.0
     ahead: tuple | None = None  # (leader, the Fetch in flight for ``pos``)
+    checked: float = 0.0  # when fresh metadata last said the partition is still there
     aborted: dict = field(
         default_factory=dict
     )  # read_committed: the aborted transactions to drop, by producer
@@ -143,8 +144,36 @@ def read_range(part, lost: Callable[[str, dict], None], what: str = "rows") -> I
                 yield from READS[what](batches, at)
             elif records and not batches.complete_batches:
                 at.max_bytes = min(2 * at.max_bytes, MAX_RESPONSE)  # one batch larger than the fetch
+            elif not _still_there(conn, at):
+                return  # the partition is gone, and failOnDataLoss is false
             else:
                 _give_up_after_timeout(at)
+
+
+def _still_there(conn: Connection, at: _Range, every_s: float = 1.0) -> bool:
+    """While a planned range gives nothing, fresh metadata (at most every ``every_s``) says
+    whether its partition still exists: a topic deleted meanwhile is data lost, named at once,
+    not waited for as a broker that is down (its fetches may fail with errors that do not say
+    so, or return nothing, while the broker drops the partition)."""
+    import kafka.errors as errors
+
+    now = time.monotonic()
+    if now - at.checked < every_s:
+        return True
+    at.checked = now
+    try:
+        conn.refresh(timeout_ms=2000)  # bounded: a broker that is down is the timeout's to name
+    except errors.UnknownTopicOrPartitionError:
+        pass  # fresh metadata without the topic: leader() below says so
+    except errors.KafkaError:
+        return True  # no answer: the timeout decides
+    try:
+        if conn.leader(at.tp) is not None:
+            return True
+    except errors.KafkaError:
+        return True
+    at.lost(f"{at.name} no longer exists (the topic was deleted or recreated?)", at.options)
+    return False
 
 
 def _give_up_after_timeout(at: _Range) -> None:
