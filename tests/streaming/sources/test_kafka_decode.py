@@ -190,6 +190,9 @@ class FakeBroker:
     def leader(self, tp):
         return 0 if self.exists else None
 
+    def refresh(self, timeout_ms=None):
+        """Fresh metadata: :meth:`leader` then says whether the partition still exists."""
+
     def send(self, tp, node, offset, max_bytes):
         self.fetches.append((offset, max_bytes))
         return offset, max_bytes
@@ -258,6 +261,29 @@ def test_a_vanished_partition_is_data_loss_unless_allowed(fake, monkeypatch):
     with pytest.raises(KafkaError, match=r"data loss: t-0 no longer exists"):
         read(0, 5)
     assert read(0, 5, failondataloss="false") == []
+
+
+def test_a_partition_gone_while_its_fetches_say_nothing_is_data_loss_at_once(fake, monkeypatch):
+    """A topic deleted mid-read whose fetches answer no error and no records (the broker still
+    dropping it): fresh metadata says it is gone, long before the fetch timeout names the broker."""
+
+    def gone_after_two(self, sent):
+        if len(self.fetches) >= 2:
+            self.exists = False  # what the next metadata refresh shows
+        return SimpleNamespace(error_code=0, records=b"")
+
+    def cached_leader(self, tp):  # the leader as the last metadata said it
+        return 0 if getattr(self, "known", True) else None
+
+    def refresh(self, timeout_ms=None):
+        self.known = self.exists
+
+    monkeypatch.setattr(FakeBroker, "receive", gone_after_two)
+    monkeypatch.setattr(FakeBroker, "leader", cached_leader)
+    monkeypatch.setattr(FakeBroker, "refresh", refresh)
+    with pytest.raises(KafkaError, match=r"data loss: t-0 no longer exists"):
+        read(0, 5, fetchtimeoutms="60000")
+    assert read(0, 5, fetchtimeoutms="60000", failondataloss="false") == []
 
 
 def test_a_batch_larger_than_the_fetch_size_grows_the_fetch(fake, monkeypatch):
