@@ -85,8 +85,9 @@ class Controls:
     """The controls of one cluster, through one admin client (``store/kafka.py``'s
     ``admin``). :meth:`read` and :meth:`write` take either kind of control."""
 
-    def __init__(self, options: dict, timeout_ms: int = 30_000):
-        self._admin = kafka_store.admin(options, request_timeout_ms=timeout_ms)
+    def __init__(self, options: dict, timeout_ms: int = 30_000, connect_timeout_ms: int | None = None):
+        connect = {} if connect_timeout_ms is None else {"bootstrap_timeout_ms": connect_timeout_ms}
+        self._admin = kafka_store.admin(options, request_timeout_ms=timeout_ms, **connect)
         self._where = options["kafka.bootstrap.servers"]
 
     def close(self) -> None:

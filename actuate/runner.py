@@ -102,7 +102,8 @@ class BatchActuator:
         controls = journal = None
         if options is not None:
             journal = Journal(options, self.topic)
-            controls = Controls(options)
+            # a cluster that does not answer is named within pidquota.kafka.connect.timeout.ms
+            controls = Controls(options, connect_timeout_ms=config["pidquota.kafka.connect.timeout.ms"])
         self.actuator = Actuator(mechanism_of(config), rails_of(config), controls, journal, clock)
 
     @property
