@@ -64,9 +64,10 @@ def rails_of(config) -> Rails:
     return Rails(config["pidquota.actuator.hold.ms"], config["pidquota.actuator.max.principals"], allow)
 
 
-def cluster_options(config, fallback: str | None) -> dict:
+def cluster_options(config, fallback: str | None, how: str | None = None) -> dict:
     """The ``kafka.*`` options of the cluster the actuator acts on:
-    ``pidquota.actuator.bootstrap``, else ``fallback`` (the run's own cluster)."""
+    ``pidquota.actuator.bootstrap``, else ``fallback`` (the run's own cluster); ``how``: the
+    fix a missing one's message gives (the run's by default)."""
     from pidquota.store.kafka import security_options, with_ports
 
     given = config["pidquota.actuator.bootstrap"].strip().removeprefix("kafka://").split("/", 1)[0]
@@ -76,9 +77,12 @@ def cluster_options(config, fallback: str | None) -> dict:
         raise ConfigError(f"pidquota.actuator.bootstrap: {exc}") from None
     if not bootstrap:
         raise ConfigError(
-            "the actuator needs the Kafka cluster it acts on, and none is given: set "
-            "pidquota.actuator.bootstrap=HOST:PORT (pidquota actuator: --bootstrap HOST:PORT), or "
-            "run with pidquota.actuator=dry-run to see the actions without a cluster"
+            "the actuator needs the Kafka cluster it acts on, and none is given: "
+            + (
+                how
+                or "set pidquota.actuator.bootstrap=HOST:PORT, or run with pidquota.actuator=dry-run to "
+                "see the actions without a cluster"
+            )
         )
     return {"kafka.bootstrap.servers": bootstrap, **security_options(config)}
 

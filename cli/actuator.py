@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = {"pidquota.actuator.bootstrap": args.bootstrap} if args.bootstrap else {}
     config = load_settings(args, **overrides)
-    options = cluster_options(config, None)
+    options = cluster_options(config, None, "give --bootstrap HOST:PORT (or set pidquota.actuator.bootstrap)")
     act = BatchActuator(config, options)
     try:
         if args.action == "lift":

@@ -9,11 +9,11 @@ from pathlib import Path
 from pidquota.cli.checkpoints import CHECKPOINT_EVIDENCE, MARKER
 from pidquota.conf.errors import ConfigError, PidquotaError
 from pidquota.conf.paths import is_inside, local_path
-from pidquota.streaming.columns import OUTPUTS
+from pidquota.streaming.columns import ACTIONS, OUTPUTS
 from pidquota.streaming.outputs.retention import REPORT_FILE
 
 # The sink makes a folder per output (streaming/outputs/sink.py), even an empty one
-OUTPUT_CHILDREN = frozenset({*OUTPUTS, "_checkpoint"})
+OUTPUT_CHILDREN = frozenset({*OUTPUTS, ACTIONS, "_checkpoint"})  # ACTIONS: the actuator's rows
 
 
 def fresh(output: Path, checkpoint: str) -> list[Path]:
@@ -104,9 +104,9 @@ def _hidden_file(p: Path) -> bool:
 
 
 def _part_file(p: Path) -> bool:
-    """What the sink writes: ``part-<batch id>.jsonl``, ``roll-<first>-<last>.jsonl``, and hidden
-    temporary files."""
-    named = p.name.startswith(("part-", "roll-")) and p.name.endswith(".jsonl")
+    """What the sink writes: ``part-<batch id>.jsonl``, ``roll-<first>-<last>.jsonl``, the
+    actuator's ``run-<start>.jsonl``, and hidden temporary files."""
+    named = p.name.startswith(("part-", "roll-", "run-")) and p.name.endswith(".jsonl")
     return _hidden_file(p) or (named and p.is_file() and not p.is_symlink())
 
 

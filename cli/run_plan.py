@@ -117,7 +117,8 @@ def actuator_shown(config, act) -> str:
     where = "" if act.dry_run else f" on {act.options['kafka.bootstrap.servers']}"
     return (
         f"pidquota: actuator {how}{mechanism}{where} for throttled users, held {hold:g} s past their "
-        f"throttle, at most {config['pidquota.actuator.max.principals']} at once; actions in OUTPUT/actions/"
+        f"throttle, at most {config['pidquota.actuator.max.principals']} at once, and lifted when the "
+        "run ends; actions in OUTPUT/actions/"
     )
 
 

@@ -69,9 +69,8 @@ def test_without_a_cluster_the_command_says_how_to_name_one():
     done = run_cli("actuator", "status")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "pidquota: error: the actuator needs the Kafka cluster it acts on, and none is given: set "
-        "pidquota.actuator.bootstrap=HOST:PORT (pidquota actuator: --bootstrap HOST:PORT), or run with "
-        "pidquota.actuator=dry-run to see the actions without a cluster"
+        "pidquota: error: the actuator needs the Kafka cluster it acts on, and none is given: give "
+        "--bootstrap HOST:PORT (or set pidquota.actuator.bootstrap)"
     ]
 
 

@@ -93,7 +93,9 @@ def test_the_cluster_is_the_setting_else_the_runs_own_else_a_clear_error():
     config = _config(**{"pidquota.actuator.bootstrap": "kafka://b1,b2:9093"})
     assert cluster_options(config, "x:1")["kafka.bootstrap.servers"] == "b1:9092,b2:9093"
     assert cluster_options(_config(), "x:1")["kafka.bootstrap.servers"] == "x:1"
-    with pytest.raises(ConfigError, match="set pidquota.actuator.bootstrap=HOST:PORT"):
+    with pytest.raises(
+        ConfigError, match="none is given: set pidquota.actuator.bootstrap=HOST:PORT, or run with"
+    ):
         cluster_options(_config(), None)
     with pytest.raises(ConfigError, match="pidquota.actuator.bootstrap: 'b:0' is not HOST"):
         cluster_options(_config(**{"pidquota.actuator.bootstrap": "b:0"}), None)

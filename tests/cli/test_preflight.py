@@ -191,6 +191,15 @@ def test_fresh_deletes_pidquota_output_and_nothing_else(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["events.jsonl"]
 
 
+def test_fresh_deletes_the_actuators_rows_too(tmp_path):
+    """A run with pidquota.actuator on writes OUTPUT/actions/: it is pidquota's own (a dry run,
+    then --fresh with the actuator on, is docs/enforcing.md's way in)."""
+    out = output(tmp_path / "out")
+    (out / "actions").mkdir()
+    (out / "actions" / "run-1.jsonl").write_text("{}\n")
+    assert output_folder.fresh(out, str(out / "_checkpoint")) == [out]
+
+
 def test_fresh_on_a_missing_or_empty_output_is_fine(tmp_path):
     assert output_folder.fresh(tmp_path / "nothing", str(tmp_path / "nothing" / "_checkpoint")) == []
     (tmp_path / "empty").mkdir()
