@@ -325,14 +325,11 @@ def _say_end(args: argparse.Namespace, plan: run_plan.Plan, totals, summary) -> 
 
 def _by_file(counts, shown: int = 3) -> str:
     """The files with the most dead letters: ``in/b.jsonl 30, in/a.jsonl 11 (and 2 more files)``."""
-    top = ", ".join(f"{_local(f)} {n:,}" for f, n in counts.most_common(shown))
+    from pidquota.observe.report_data import local_file
+
+    top = ", ".join(f"{local_file(f)} {n:,}" for f, n in counts.most_common(shown))
     more = len(counts) - shown
     return top + (f" (and {more} more file{'s' if more > 1 else ''})" if more > 0 else "")
-
-
-def _local(source: str) -> str:
-    """A file's path as the user wrote it: without Spark's ``file:`` scheme."""
-    return source.removeprefix("file://").removeprefix("file:")
 
 
 def _lines(

@@ -395,13 +395,18 @@ def dead_letter_reasons(dead: pd.DataFrame) -> pd.DataFrame:
     return counts.drop(columns="class_total").reset_index(drop=True)
 
 
+def local_file(source: str) -> str:
+    """A dead letter's file as the user wrote it: without Spark's ``file:`` scheme."""
+    return source.removeprefix("file://").removeprefix("file:")
+
+
 def dead_letter_files(dead: pd.DataFrame) -> pd.DataFrame:
     """``file, count``: the dead letters of each input file, the most first (none for a Kafka
     input, whose ``source`` is ``topic/partition@offset``)."""
     if dead.empty or "source" not in dead:
         return pd.DataFrame(columns=["file", "count"])
     files = dead["source"].dropna().astype(str)
-    files = files[~files.str.contains("@", regex=False)].str.replace(r"^file:(//)?", "", regex=True)
+    files = files[~files.str.contains("@", regex=False)].map(local_file)
     counts = files.value_counts().rename_axis("file").reset_index(name="count")
     return counts.sort_values(["count", "file"], ascending=[False, True]).reset_index(drop=True)
 

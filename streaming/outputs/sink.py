@@ -204,8 +204,8 @@ class JsonlSink:
             failed = self.publish.failed_publishes
         actions = None
         if self.act is not None:
-            enforced = _enforced(BatchFrames(parts)["metrics"])
-            actions = self.record_actions(self.act(enforced.to_dict("records")), batch_id)
+            candidates = _maybe_throttled(_enforced(BatchFrames(parts)["metrics"]))
+            actions = self.record_actions(self.act(candidates.to_dict("records")), batch_id)
         metrics = parts["metrics"]
         at = metrics.schema.get_field_index("failed_publishes")
         parts["metrics"] = metrics.set_column(
@@ -294,3 +294,14 @@ def _enforced(metrics: pd.DataFrame) -> pd.DataFrame:
     if not len(metrics):
         return metrics
     return metrics[~metrics["replay"].fillna(False).astype(bool)]
+
+
+def _maybe_throttled(metrics: pd.DataFrame) -> pd.DataFrame:
+    """The rows the actuator must look at, picked per batch in pandas rather than row by row:
+    new PIDs throttled in the batch, or under one token left (only then can the bucket make the
+    next new PID wait). A batch of 100,000 users that throttles two hands the actuator two rows."""
+    if not len(metrics):
+        return metrics
+    throttled = pd.to_numeric(metrics["throttled"], errors="coerce").fillna(0) > 0
+    short = pd.to_numeric(metrics["tokens"], errors="coerce").fillna(float("inf")) < 1
+    return metrics[throttled | short]
