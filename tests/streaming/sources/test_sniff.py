@@ -31,7 +31,7 @@ SHIPPED = json.dumps({"@timestamp": "2026-01-01T00:00:00Z", "message": REQUEST})
         ((EVENT + "\nnot json\n") * 3 + EVENT, "events"),  # most lines decide
         ("a,b,c\n1,2,3\n", "text"),
         ("", "text"),
-        (gzip.compress((EVENT + "\n").encode()), "gzip"),
+        (gzip.compress((EVENT + "\n").encode(), mtime=0), "gzip"),
         (b"\x00\x01\x02 parquet?", "binary"),
         (b"\xff\xfe not utf-8", "binary"),
     ],
@@ -76,7 +76,7 @@ def test_events_read_as_a_request_log_name_the_flag(tmp_path):
 
 
 def test_a_gzip_or_binary_file_is_named_with_the_fix(tmp_path):
-    [gz] = _files(tmp_path, events_jsonl_gz=gzip.compress((EVENT + "\n").encode()))
+    [gz] = _files(tmp_path, events_jsonl_gz=gzip.compress((EVENT + "\n").encode(), mtime=0))
     with pytest.raises(
         InputError,
         match=rf"^{gz} is gzip-compressed, and pidquota reads plain-text lines: unpack it \(gunzip {gz}\)",
