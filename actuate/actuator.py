@@ -65,7 +65,8 @@ class Actuator:
         self.dry_run = controls is None
         self.entries: dict[Control, Entry] = {}  # what pidquota holds now (the journal's live records)
         self.acted: dict[str, int] = {}  # principal -> until_ms
-        self.theirs: set[Control] = set()  # controls of acted principals the operator set as strict
+        self.theirs: dict[Control, str] = {}  # controls the operator set as strict -> the acted principal
+        self.addresses: dict[str, tuple[str, ...]] = {}  # principal -> the addresses it has to itself
 
     def _now(self) -> int:
         return int(self.clock() * 1000)
@@ -86,11 +87,23 @@ class Actuator:
                 self.acted.pop(principal)
         return rows
 
-    def __call__(self, throttled: Mapping[str, int]) -> list[Action]:
-        """One batch: ``throttled`` maps principals to the wall-clock ms their throttle ends."""
+    def __call__(
+        self,
+        throttled: Mapping[str, int],
+        addresses: Mapping[str, tuple[str, ...]] | None = None,
+        shared: set[str] | frozenset[str] = frozenset(),
+    ) -> list[Action]:
+        """One batch: ``throttled`` maps principals to the wall-clock ms their throttle ends;
+        ``addresses``, to the client addresses each has to itself (an address-based mechanism
+        acts on them too, and on one that turns up later while the principal is acted on);
+        ``shared``: addresses now seen from another principal too, whose controls are undone."""
         now = self._now()
+        rows = self._unshare(shared, now) if shared else []
+        for principal, seen in (addresses or {}).items():
+            known = self.addresses.get(principal, ())
+            self.addresses[principal] = (*known, *(a for a in seen if a not in known and a not in shared))
         todo = plan(throttled, self.acted, now, self.rails)
-        rows = [Action(now, p, "skipped", self.mechanism.name, note=why) for p, why in todo.skipped.items()]
+        rows += [Action(now, p, "skipped", self.mechanism.name, note=why) for p, why in todo.skipped.items()]
         for principal in todo.undo:
             rows += self._release(principal, now)
         for principal, until in todo.apply.items():
@@ -101,6 +114,14 @@ class Actuator:
             for principal in sorted(set(self.acted) - set(todo.apply)):
                 rows += self._act(principal, self.acted[principal], now, missing_only=True)
         return rows
+
+    def _unshare(self, shared, now: int) -> list[Action]:
+        """Undo the address controls of addresses another principal turned out to use too."""
+        for principal, known in list(self.addresses.items()):
+            self.addresses[principal] = tuple(a for a in known if a not in shared)
+        ip = [e for c, e in self.entries.items() if isinstance(c, QuotaKey) and c.entity_type == "ip"]
+        rows = [self._undo(e, now) for e in ip if e.control.entity in shared]
+        return [replace(r, note=r.note or "the address is shared with another principal") for r in rows]
 
     def lift_journal(self) -> list[Action]:
         """Undo everything the journal holds, current or not (``pidquota actuator lift``, from
@@ -133,7 +154,7 @@ class Actuator:
         set. The principal is acted on from the first try: what fails is tried again at each
         batch, and whatever was set is undone when its time is up."""
         rows = []
-        for control, ours in self.mechanism.controls(principal):
+        for control, ours in self.mechanism.controls(principal, self.addresses.get(principal, ())):
             held = self.entries.get(control)
             if missing_only and (control in self.theirs or (held is not None and held.state != SETTING)):
                 continue
@@ -163,13 +184,14 @@ class Actuator:
             self.acted.pop(principal, None)
             return [
                 Action(now, principal, "undo", c.name, dry_run=True)
-                for c, _ in self.mechanism.controls(principal)
+                for c, _ in self.mechanism.controls(principal, self.addresses.pop(principal, ()))
             ]
         mine = [e for e in self.entries.values() if e.principal == principal]
         rows = [self._undo(entry, now) for entry in mine]
         if not self._holds(principal):
             self.acted.pop(principal, None)
-            self.theirs -= {c for c, _ in self.mechanism.controls(principal)}
+            self.addresses.pop(principal, None)
+            self.theirs = {c: p for c, p in self.theirs.items() if p != principal}
         return rows
 
     # -- one control -------------------------------------------------------------------
@@ -181,7 +203,7 @@ class Actuator:
         try:
             before = self.controls.read(control)
             if _as_strict(control, before, ours):
-                self.theirs.add(control)
+                self.theirs[control] = principal
                 return Action(
                     now,
                     principal,

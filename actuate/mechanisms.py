@@ -3,14 +3,22 @@
 * ``request-quota``: the user's ``request_percentage`` client quota (KIP-546), at
   ``pidquota.actuator.request.percentage``. Kafka delays the responses of a user over it,
   InitProducerId's included, and mutes its connection; it grants the PID first.
+* ``request-quota+connection-rate``: the same quota, and on each client address the
+  principal has to itself (``AddressBook``: no other principal's decision came from it),
+  the IP entity's ``connection_creation_rate`` (KIP-612) at
+  ``pidquota.actuator.connection.rate``. Kafka closes a new connection over the rate after
+  the throttle delay, and a crash loop needs a new connection for each restart; the
+  connections already open are not touched.
 * ``deny-writes``: DENY ACLs for the user's IDEMPOTENT_WRITE on the cluster, WRITE on every
   topic and on every transactional id. Since Kafka 3.0 (KIP-679) an idempotent
   InitProducerId is refused (CLUSTER_AUTHORIZATION_FAILED) only when the user may neither
   IDEMPOTENT_WRITE the cluster nor WRITE any topic, so refusing new PIDs this way also
   stops the user's produce requests: a circuit breaker.
 
-Worked example: ``MECHANISMS["request-quota"](settings).controls("User:alice")`` is
-``[(QuotaKey("user", "alice", "request_percentage"), 1.0)]``.
+Worked example: ``request_quota(1).controls("User:alice")`` is
+``[(QuotaKey("user", "alice", "request_percentage"), 1.0)]``; with the addresses
+``("10.0.0.5",)``, ``quota_and_connections(1, 0.5).controls`` adds
+``(QuotaKey("ip", "10.0.0.5", "connection_creation_rate"), 0.5)``.
 """
 
 from __future__ import annotations
@@ -25,8 +33,15 @@ CLUSTER = "kafka-cluster"  # the one CLUSTER resource's name
 
 @dataclass(frozen=True)
 class Mechanism:
+    """``controls(principal, addresses)``: the controls and pidquota's value for each; the
+    addresses are the client addresses the principal has to itself (most mechanisms take
+    none)."""
+
     name: str
-    controls: Callable[[str], list[tuple[Control, object]]]
+    of: Callable[[str, tuple[str, ...]], list[tuple[Control, object]]]
+
+    def controls(self, principal: str, addresses: tuple[str, ...] = ()) -> list[tuple[Control, object]]:
+        return self.of(principal, tuple(addresses))
 
 
 def user_name(principal: str) -> str:
@@ -37,12 +52,24 @@ def user_name(principal: str) -> str:
 def request_quota(percentage: float) -> Mechanism:
     return Mechanism(
         "request-quota",
-        lambda p: [(QuotaKey("user", user_name(p), "request_percentage"), float(percentage))],
+        lambda p, _: [(QuotaKey("user", user_name(p), "request_percentage"), float(percentage))],
     )
 
 
+def quota_and_connections(percentage: float, rate: float) -> Mechanism:
+    quota = request_quota(percentage)
+
+    def controls(principal: str, addresses: tuple[str, ...]) -> list[tuple[Control, object]]:
+        per_ip = [
+            (QuotaKey("ip", a, "connection_creation_rate"), float(rate)) for a in sorted(set(addresses))
+        ]
+        return quota.controls(principal) + per_ip
+
+    return Mechanism("request-quota+connection-rate", controls)
+
+
 def deny_writes() -> Mechanism:
-    def controls(principal: str) -> list[tuple[Control, object]]:
+    def controls(principal: str, _: tuple[str, ...]) -> list[tuple[Control, object]]:
         return [
             (AclBinding(principal, "IDEMPOTENT_WRITE", "DENY", "CLUSTER", CLUSTER), True),
             (AclBinding(principal, "WRITE", "DENY", "TOPIC", "*"), True),

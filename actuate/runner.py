@@ -25,14 +25,16 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
 from pidquota.actuate.actuator import Action, Actuator
+from pidquota.actuate.addresses import AddressBook
 from pidquota.actuate.controls import ControlError, Controls, shown_value
 from pidquota.actuate.journal import Journal, JournalError
-from pidquota.actuate.mechanisms import deny_writes, request_quota
+from pidquota.actuate.mechanisms import deny_writes, quota_and_connections, request_quota
 from pidquota.actuate.policy import Rails
 from pidquota.conf.errors import ConfigError
 from pidquota.quota.user_state import UserState, finite
 
 log = logging.getLogger("pidquota.actuate")
+CONNECTIONS = "request-quota+connection-rate"  # the mechanism that also acts on addresses
 
 
 def throttled_until(rows: Iterable[Mapping], window_ms: int, now_ms: int) -> dict[str, int]:
@@ -56,6 +58,9 @@ def mechanism_of(config):
     name = config["pidquota.actuator.mechanism"]
     if name == "deny-writes":
         return deny_writes()
+    if name == CONNECTIONS:
+        rate = config["pidquota.actuator.connection.rate"]
+        return quota_and_connections(config["pidquota.actuator.request.percentage"], rate)
     return request_quota(config["pidquota.actuator.request.percentage"])
 
 
@@ -109,6 +114,8 @@ class BatchActuator:
             # a cluster that does not answer is named within pidquota.kafka.connect.timeout.ms
             controls = Controls(options, connect_timeout_ms=config["pidquota.kafka.connect.timeout.ms"])
         self.actuator = Actuator(mechanism_of(config), rails_of(config), controls, journal, clock)
+        self.by_address = config["pidquota.actuator.mechanism"] == CONNECTIONS
+        self.book = AddressBook()
 
     @property
     def dry_run(self) -> bool:
@@ -127,9 +134,16 @@ class BatchActuator:
         self.actuator.journal.ensure()
         return self._said(self.actuator.reconcile())
 
-    def __call__(self, metrics_rows: Iterable[Mapping]) -> list[Action]:
+    def __call__(
+        self, metrics_rows: Iterable[Mapping], addresses: Iterable[tuple[str, str | None, bool]] = ()
+    ) -> list[Action]:
+        """One batch: its metrics rows that may be throttled, and its decisions' ``(principal,
+        client address, throttled)`` (:class:`AddressBook`)."""
         now = int(self.clock() * 1000)
-        return self._said(self.actuator(throttled_until(metrics_rows, self.window_ms, now)))
+        shared = self.book.add(addresses)
+        throttled = throttled_until(metrics_rows, self.window_ms, now)
+        mine = {p: self.book.exclusive(p) for p in throttled} if self.by_address else {}
+        return self._said(self.actuator(throttled, mine, shared))
 
     def stop(self) -> list[Action]:
         """Undo everything held (the run's end; a kill leaves it to the next start)."""

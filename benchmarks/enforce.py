@@ -14,7 +14,10 @@ runs, as real clients on its SASL listener, side by side:
   (``steady-other``) and a rolling deploy, a new producer every 2 s (``deploy-other``),
   whose PIDs must keep coming.
 
-Each client runs in a process of its own.
+Each client runs in a process of its own. The offender's kafka-python loops (``crash-py``,
+``per-batch``, ``per-error``) connect from an address of their own, ``127.0.0.2`` (their
+sockets are bound to it); every other client connects from ``127.0.0.1``, which the
+offender therefore shares with the well-behaved user.
 
 For each mechanism: ``--phase`` seconds before, then the actuator applies it to the
 offender (``actuate/``, on the real controls), ``--phase`` seconds during, then it lifts it
@@ -27,7 +30,11 @@ Mechanisms: ``none``; ``request-quota`` (``request_percentage`` 1 on the user);
 ``deny-writes`` (the circuit breaker: DENY IDEMPOTENT_WRITE on the cluster and WRITE on
 every topic and transactional id); ``deny-new-pids`` (DENY IDEMPOTENT_WRITE on the cluster
 and WRITE on the topic ``hardcode``: see docs/enforcing.md); ``connection-rate``
-(``connection_creation_rate`` 1/s on the clients' address, 127.0.0.1).
+(``connection_creation_rate`` 1/s on every client's address, both loopback addresses);
+``request-quota-0.1`` (``request_percentage`` 0.1); ``request-quota+connection-rate``
+(pidquota's mechanism of that name: the quota, and the connection rate on each address the
+offender has to itself, found as a run finds it, from the request log's inits before: here
+127.0.0.2 alone).
 """
 
 from __future__ import annotations
@@ -46,19 +53,28 @@ sys.path.insert(0, str(ROOT))  # scripts.*
 sys.path.insert(0, str(ROOT / "tests"))  # harness.clients: librdkafka
 
 from pidquota.actuate.actuator import Actuator  # noqa: E402
+from pidquota.actuate.addresses import AddressBook  # noqa: E402
 from pidquota.actuate.controls import AclBinding, Controls, QuotaKey  # noqa: E402
 from pidquota.actuate.journal import Journal  # noqa: E402
-from pidquota.actuate.mechanisms import CLUSTER, Mechanism, deny_writes, request_quota  # noqa: E402
+from pidquota.actuate.mechanisms import (  # noqa: E402
+    CLUSTER,
+    Mechanism,
+    deny_writes,
+    quota_and_connections,
+    request_quota,
+)
 from pidquota.actuate.policy import Rails  # noqa: E402
 from scripts.kafka_broker import Cluster  # noqa: E402
 
 OFFENDER, STEADY = "crash-loop", "steady"
 CLIENTS = ("crash-py", "crash-rd", "per-batch", "per-error", "deploy-other", "steady-same", "steady-other")
 PID_CLIENTS, STEADY_CLIENTS = CLIENTS[:5], CLIENTS[5:]
+OWN_ADDRESS = "127.0.0.2"  # where the offender's kafka-python loops connect from
+ON_OWN_ADDRESS = ("crash-py", "per-batch", "per-error")
 
 
 def mechanisms() -> dict[str, Mechanism | None]:
-    def deny_new_pids(principal):
+    def deny_new_pids(principal, _):
         return [
             (AclBinding(principal, "IDEMPOTENT_WRITE", "DENY", "CLUSTER", CLUSTER), True),
             (AclBinding(principal, "WRITE", "DENY", "TOPIC", "hardcode"), True),
@@ -70,9 +86,30 @@ def mechanisms() -> dict[str, Mechanism | None]:
         "deny-writes": deny_writes(),
         "deny-new-pids": Mechanism("deny-new-pids", deny_new_pids),
         "connection-rate": Mechanism(
-            "connection-rate", lambda p: [(QuotaKey("ip", "127.0.0.1", "connection_creation_rate"), 1.0)]
+            "connection-rate",
+            lambda p, _: [
+                (QuotaKey("ip", a, "connection_creation_rate"), 1.0) for a in ("127.0.0.1", OWN_ADDRESS)
+            ],
         ),
+        "request-quota-0.1": request_quota(0.1),
+        "request-quota+connection-rate": quota_and_connections(1.0, 1.0),
     }
+
+
+def _bind_to(address: str) -> None:
+    """This process's IPv4 sockets connect from ``address`` (kafka-python's connections)."""
+    import socket
+
+    def bound(connect):
+        def call(self, where):
+            if self.family == socket.AF_INET and self.getsockname()[1] == 0:
+                self.bind((address, 0))
+            return connect(self, where)
+
+        return call
+
+    socket.socket.connect = bound(socket.socket.connect)
+    socket.socket.connect_ex = bound(socket.socket.connect_ex)
 
 
 class Load:
@@ -124,6 +161,8 @@ class Load:
         return producer(self._options(user), client_id=client, linger_ms=5, **extra)
 
     def _guard(self, client: str) -> None:
+        if client in ON_OWN_ADDRESS:
+            _bind_to(OWN_ADDRESS)
         while not self.stop_flag.is_set():
             try:
                 getattr(self, "_" + client.replace("-", "_"))(client)
@@ -199,8 +238,12 @@ class Load:
 _INIT = re.compile(r'"requestApiKeyName":"INIT_PRODUCER_ID"')
 
 
-def granted(log: Path, since: float, until: float) -> Counter:
-    """PIDs granted per client id between two wall-clock times (s), from the request log."""
+def granted(log: Path, since: float, until: float, book: AddressBook | None = None) -> Counter:
+    """PIDs granted per client id between two wall-clock times (s), from the request log;
+    each grant's (principal, client address) goes to ``book`` too, the offender's as
+    throttled (what a run's decisions would tell the actuator)."""
+    from pidquota.streaming.request_log import connection_ends
+
     out: Counter = Counter()
     for line in log.read_text(errors="replace").splitlines():
         if not _INIT.search(line):
@@ -214,6 +257,9 @@ def granted(log: Path, since: float, until: float) -> Counter:
         pid = (body.get("response") or {}).get("producerId", -1)
         if pid >= 0:
             out[body["requestHeader"].get("clientId") or "?"] += 1
+            if book is not None:
+                who = body.get("principal")
+                book.add([(who, connection_ends(body.get("connection"))[1], who == f"User:{OFFENDER}")])
     return out
 
 
@@ -232,15 +278,19 @@ def measure(cluster: Cluster, name: str, mechanism: Mechanism | None, seconds: f
     time.sleep(5)  # the clients connect
     b0, b1, acked_before = phase(load, seconds)
     actuator = None
+    book = AddressBook()
+    granted(log, b0, b1, book)
+    offender = f"User:{OFFENDER}"
+    addresses = book.exclusive(offender)
     if mechanism is not None:
         actuator = Actuator(mechanism, Rails(hold_ms=3_600_000, cap=10), controls, journal)
-        rows = actuator({f"User:{OFFENDER}": int(time.time() * 1000) + 60_000})
+        rows = actuator({offender: int(time.time() * 1000) + 60_000}, {offender: addresses})
         print(f"  {name}: " + "; ".join(f"{r.action} {r.control}" for r in rows), flush=True)
     time.sleep(2)  # the brokers apply it
     d0, d1, acked_during = phase(load, seconds)
     exact = True
     if actuator is not None:
-        before = {c: r.before for c, r in zip(mechanism.controls(f"User:{OFFENDER}"), rows, strict=True)}
+        before = {c: r.before for c, r in zip(mechanism.controls(offender, addresses), rows, strict=True)}
         actuator.lift_all()
         exact = all(controls.read(c) == was for (c, _), was in before.items())
     load.stop()
@@ -250,6 +300,7 @@ def measure(cluster: Cluster, name: str, mechanism: Mechanism | None, seconds: f
     per_min = lambda n, a, b: n * 60 / (b - a)  # noqa: E731
     return {
         "mechanism": name,
+        "offender_own_addresses": list(addresses),
         "undone_exactly": exact,
         "pids_per_min": {
             c: (round(per_min(g_before[c], b0, b1)), round(per_min(g_during[c], d0, d1))) for c in PID_CLIENTS

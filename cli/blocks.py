@@ -4,11 +4,19 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from pidquota.cli.common import add_config_flags, load_settings
 from pidquota.traffic.blocks import BlockStore, FileBlockStore, RedisBlockStore
 
-DEFAULT_BLOCKS = "pidquota-blocks.json"
+
+def default_blocks() -> str:
+    """The block store's file: the user's state folder (``$XDG_STATE_HOME``, else
+    ``~/.local/state``), so PIDs never repeat across runs of ``generate`` from any folder,
+    and none of them leaves a file in the folder it ran in."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return str(Path(state) / "pidquota" / "pid-blocks.json")
 
 
 def block_store(args: argparse.Namespace) -> BlockStore:
@@ -24,7 +32,9 @@ def block_store(args: argparse.Namespace) -> BlockStore:
 
 def add_block_store_flags(p) -> None:
     """Where the KIP-730 blocks are kept: a file, or Redis; and the settings flags."""
-    p.add_argument("--blocks", default=DEFAULT_BLOCKS, metavar="FILE", help="block store file (%(default)s)")
+    p.add_argument(
+        "--blocks", default=default_blocks(), metavar="FILE", help="block store file (%(default)s)"
+    )
     p.add_argument(
         "--redis", metavar="URL", help="keep blocks in Redis instead, e.g. redis://localhost:6379/0"
     )

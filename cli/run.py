@@ -15,7 +15,7 @@ from pidquota.cli import checkpoints, run_plan
 from pidquota.cli.common import add_config_flags, add_input_flags
 from pidquota.cli.signals import Signals, wait
 from pidquota.conf.durations import EXAMPLES, parse_duration_ms
-from pidquota.conf.errors import PidquotaError
+from pidquota.conf.errors import InputError, PidquotaError
 from pidquota.conf.settings import memory_kib
 from pidquota.quota import QuotaSettings
 from pidquota.store.kafka import KafkaUrl
@@ -196,11 +196,20 @@ def _query_failed(error: BaseException, plan: run_plan.Plan, heap: str) -> Pidqu
     """The one line a failed query ends with: a full disk, a JVM that died or ran out of
     memory, or else Spark's own error (its text printed first, as Spark's log of a query's end
     would have been the trace: conf/log4j2.properties denies it)."""
-    known = _disk_full(error, plan) or _jvm_gone(error, heap)
+    known = _disk_full(error, plan) or _jvm_gone(error, heap) or _wrong_format(error)
     if known is not None:
         return known
     print(str(getattr(error, "desc", None) or error).rstrip(), file=sys.stderr)
     return PidquotaError(f"the streaming query failed: {_first_line(error)}")
+
+
+def _wrong_format(error: BaseException) -> InputError | None:
+    """The sink's format guard stopped the query (``sniff.FormatGuard``): its line alone."""
+    text = str(getattr(error, "desc", None) or error)
+    found = re.search(
+        r"pidquota\.conf\.errors\.InputError: (.+ the run stops here, and nothing of them was written)", text
+    )
+    return InputError(found.group(1)) if found else None
 
 
 def _jvm_gone(error: BaseException, heap: str) -> PidquotaError | None:
@@ -274,6 +283,7 @@ def _sink(plan: run_plan.Plan, on_batch, summed: bool):
         roll_ms=plan.config["pidquota.output.roll.ms"],
         retention_ms=plan.config["pidquota.output.retention.ms"],
         act=plan.act,
+        guard=_format_guard(plan),
     )
     if plan.act is not None:  # the journal against the cluster: undo what expired while it was down
         sink.record_actions(plan.act.start())
@@ -365,6 +375,16 @@ def _table(args: argparse.Namespace, config):
     window_ms = QuotaSettings.from_config(config).window_ms
     shadow = config["pidquota.mode"] == "shadow"
     return UserTable(window_ms, shadow=shadow, max_rows=None if args.input is None else TABLE_ROWS)
+
+
+def _format_guard(plan: run_plan.Plan):
+    """The run's first records in the other format stop it in one line (a file input's files
+    are sniffed before they are read; a topic's records only as they come)."""
+    if plan.demo:
+        return None
+    from pidquota.streaming.sources.sniff import FormatGuard
+
+    return FormatGuard(plan.config["pidquota.input.format"], plan.reads.describe())
 
 
 def _progress():

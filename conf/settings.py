@@ -656,9 +656,23 @@ SETTINGS: tuple[Setting, ...] = (
         "and slowed no other user; DENY ACLs stopped every user's writes on a cluster with "
         "allow.everyone.if.no.acl.found.",
         "request-quota: the user's request_percentage client quota (KIP-546), which delays its "
-        "responses, InitProducerId included. deny-writes: DENY ACLs on the user's IDEMPOTENT_WRITE "
-        "and WRITE, a circuit breaker that also stops its steady producers.",
-        choices=("request-quota", "deny-writes"),
+        "responses, InitProducerId included. request-quota+connection-rate: the same, and "
+        "connection_creation_rate (KIP-612) on each client address the user has to itself (no "
+        "other user's PID came from it; the request log names the address). deny-writes: DENY "
+        "ACLs on the user's IDEMPOTENT_WRITE and WRITE, a circuit breaker that also stops its "
+        "steady producers.",
+        choices=("request-quota", "request-quota+connection-rate", "deny-writes"),
+    ),
+    Setting(
+        "pidquota.actuator.connection.rate",
+        float,
+        1.0,
+        "One new connection a second, measured: a crash loop needs one per restart, so its new "
+        "PIDs fell to a few a minute; connections already open are not touched.",
+        "connection_creation_rate (new connections per second, per broker) that "
+        "request-quota+connection-rate sets on an offender's own client address.",
+        min=0.01,
+        max=1_000_000,
     ),
     Setting(
         "pidquota.actuator.request.percentage",

@@ -282,6 +282,7 @@ def header_html(h: rd.Header) -> str:
 def offenders_html(table: pd.DataFrame) -> str:
     """The throttled users (at most MAX_ROWS), then one line for everyone else."""
     top = table[table["throttles"] > 0].head(MAX_ROWS)
+    named = bool(top["client"].any()) if "client" in top else False
     rows = [
         [
             r.user,
@@ -290,6 +291,7 @@ def offenders_html(table: pd.DataFrame) -> str:
             rd.format_ms(r.longest_throttle_ms),
             rd.format_time(r.first_throttle_ms),
             rd.format_time(r.last_throttle_ms),
+            *([r.client or "-"] if named else []),
         ]
         for r in top.itertuples()
     ]
@@ -300,6 +302,7 @@ def offenders_html(table: pd.DataFrame) -> str:
         "longest throttle",
         "first throttle",
         "last throttle",
+        *(["client (the most throttled)"] if named else []),
     ]
     parts = [_table(headers, rows, {1, 2, 3}) if rows else _note("No user was throttled.")]
     return "".join(parts) + _note(rd.others_line(table, len(top)))
@@ -358,15 +361,16 @@ def plots_html(run: rd.Run, table: pd.DataFrame, h: rd.Header) -> str:
     users, hidden = rd.plotted_users(run.metrics, table, MAX_LINES)
     throttled = table.loc[table["throttles"] > 0, "user"].tolist()
     colors = {u: f"C{i % 10}" for i, u in enumerate(dict.fromkeys([*users, *throttled[:MAX_LINES]]))}
-    rates = rd.rate_series(run.metrics, users)
+    rates = rd.rate_series(run.metrics, users, run.decisions, h.window_ms, (h.start_ms, h.end_ms))
     parts = ["<h2>New-PID rate against the quota</h2>"]
     if len(rates):
         window = window_text(h.window_ms)
         parts.append(_img(plot_rates(rates, colors, span, window, hidden), "new-PID rate per user"))
         parts.append(
             _note(
-                "rate: new PIDs admitted per window over the retained samples, at each batch's end "
-                "(the metrics rows); quota: the user's producer_ids_rate."
+                "rate: new PIDs admitted in the last window W, at the end of each bin of event time "
+                "(from the ADMIT decisions; a user without decisions: its metrics rows' rate at each "
+                "batch's end); quota: the user's producer_ids_rate."
             )
         )
     else:

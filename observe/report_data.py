@@ -18,6 +18,8 @@ import pandas as pd
 from pidquota.conf.errors import InputError
 from pidquota.observe.distinct import DistinctCount
 from pidquota.quota import ADMIT, THROTTLE
+from pidquota.quota.client import COLUMNS as CLIENT_COLUMNS
+from pidquota.quota.client import Client
 from pidquota.streaming.outputs.reader import read_output
 from pidquota.streaming.reasons import reason_class
 
@@ -27,6 +29,7 @@ _BIN_MS = tuple(
     s * 1000 for s in (1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400)
 )
 MAX_BINS = 60
+OTHER_CLIENTS = Client(client_id="(more clients)")  # a user's clients past Offenders.MAX_CLIENTS
 TOKEN_BINS = 300
 
 
@@ -117,6 +120,11 @@ class Offenders:
     10, last 11. Users seen only in metrics (no new PIDs, e.g. only PID < 0) are listed with 0.
     ``new_pids`` is exact up to 50,000 per user, then a HyperLogLog estimate within ~1%
     (``observe/distinct.py``), so memory stays bounded however long the run.
+
+    ``client`` names the application, where the input gives the decisions a client
+    (``pidquota.quota.client``): the client with the most THROTTLE rows (else the most
+    decisions), and how many others the user had. At most ``MAX_CLIENTS`` clients are
+    told apart per user; the rest are counted as one.
     """
 
     COLUMNS = (
@@ -126,12 +134,15 @@ class Offenders:
         "longest_throttle_ms",
         "first_throttle_ms",
         "last_throttle_ms",
+        "client",
     )
+    MAX_CLIENTS = 1000
 
     def __init__(self) -> None:
         self.users: set[str] = set()
         self._pids: dict[str, DistinctCount] = {}
         self._throttles: dict[str, list] = {}  # user -> [count, longest, first, last]
+        self._clients: dict[str, dict[Client, list[int]]] = {}  # user -> client -> [throttles, decisions]
 
     def add(self, decisions: pd.DataFrame | None, metrics: pd.DataFrame | None = None) -> Offenders:
         for frame in (decisions, metrics):
@@ -142,6 +153,7 @@ class Offenders:
         judged = decisions[decisions["verdict"].isin((ADMIT, THROTTLE))]
         for user, pids in judged.groupby("principal")["producer_id"]:
             self._pids.setdefault(user, DistinctCount()).add(pids.to_numpy(np.int64))
+        self._add_clients(judged)
         throttled = judged[judged["verdict"] == THROTTLE].groupby("principal")
         per_user = throttled.agg(
             n=("producer_id", "size"),
@@ -157,14 +169,45 @@ class Offenders:
             self._throttles[user] = new
         return self
 
+    def _add_clients(self, judged: pd.DataFrame) -> None:
+        """Tally each user's decisions per client (one groupby, not a Python call per row)."""
+        present = [c for c in CLIENT_COLUMNS if c in judged.columns]
+        if not present or judged[present].isna().all().all():
+            return
+        keys = ["principal", "verdict", *present]
+        for key, n in judged.groupby(keys, dropna=False, sort=False).size().items():
+            user, verdict, *fields = key
+            client = Client.from_row(dict(zip(present, fields, strict=True)))
+            if client is None:
+                continue
+            per = self._clients.setdefault(user, {})
+            if client not in per and len(per) >= self.MAX_CLIENTS:
+                client = OTHER_CLIENTS
+            tally = per.setdefault(client, [0, 0])
+            tally[0] += int(n) if verdict == THROTTLE else 0
+            tally[1] += int(n)
+
+    def client_text(self, user: str) -> str:
+        """The user's main client and how many others (``""``: the input named none)."""
+        per = self._clients.get(user)
+        if not per:
+            return ""
+        named = {c: t for c, t in per.items() if c is not OTHER_CLIENTS} or per
+        main = max(named, key=lambda c: (named[c][0], named[c][1], c.joined() or ""))
+        more = len(per) - 1
+        tail = f", +{more} other client{'s' if more > 1 else ''}" if more else ""
+        return main.text() + tail
+
     def table(self) -> pd.DataFrame:
         """One row per user: the most throttled first, then by new PIDs, then by name."""
         rows = []
         for user in self.users:
             count, longest, first, last = self._throttles.get(user, (0, None, None, None))
-            rows.append((user, len(self._pids.get(user, ())), count, longest, first, last))
+            rows.append(
+                (user, len(self._pids.get(user, ())), count, longest, first, last, self.client_text(user))
+            )
         table = pd.DataFrame(rows, columns=list(self.COLUMNS))
-        for col in self.COLUMNS[3:]:
+        for col in self.COLUMNS[3:6]:
             table[col] = table[col].astype("Int64")
         table = table.sort_values(["throttles", "new_pids", "user"], ascending=[False, False, True])
         return table.reset_index(drop=True)
@@ -224,10 +267,14 @@ class RunSummary:
         lines = []
         if len(throttled):
             width = max(20, *(len(u) for u in throttled["user"]))
-            lines.append(f"{'throttled user':<{width}} {'new PIDs':>9} {'throttles':>10} {'longest':>12}")
+            lines.append(
+                f"{'throttled user':<{width}} {'new PIDs':>9} {'throttles':>10} {'longest':>12}"
+                + ("  client" if throttled["client"].any() else "")
+            )
             for r in throttled.itertuples():
                 lines.append(
                     f"{r.user:<{width}} {r.new_pids:>9,} {r.throttles:>10,} {format_ms(r.longest_throttle_ms):>12}"
+                    + (f"  {r.client}" if r.client else "")
                 )
         rest = others_line(table, len(throttled))
         return "\n".join([*lines, *([rest] if rest else [])])
@@ -315,15 +362,61 @@ def plotted_users(metrics: pd.DataFrame, table: pd.DataFrame, limit: int = 8) ->
     return users[:limit], max(0, len(users) - limit)
 
 
-def rate_series(metrics: pd.DataFrame, users: list[str]) -> pd.DataFrame:
-    """``user, time, rate, quota`` (rate and quota in new PIDs per W) of the live metrics rows."""
+def rate_series(
+    metrics: pd.DataFrame,
+    users: list[str],
+    decisions: pd.DataFrame | None = None,
+    window_ms: int | None = None,
+    span_ms: tuple[int, int] | None = None,
+) -> pd.DataFrame:
+    """``user, time, rate, quota`` (rate and quota in new PIDs per W).
+
+    With the decisions, the window and the run's event-time span, a user with decisions is
+    drawn from them: at the end ``e`` of each bin (:func:`bins`), its ADMIT decisions in
+    ``[e - W, e)``, and the quota of its latest decision. So a run of one batch, one metrics
+    row per user, still gets a line. Example: W = 60 s, ADMITs at 0, 10 and 70 s, bins of
+    10 s: 1 at e = 10 s, 2 at 20 to 60 s, 1 at 70 s (the one at 10 s) and at 80 s (the one
+    at 70 s). Users without decisions take their metrics rows' ``rate`` (the SampledStat's)
+    at each batch."""
     m = live(metrics)
-    if m.empty or not users:
-        return pd.DataFrame(columns=["user", "time", "rate", "quota"])
-    m = m[m["principal"].isin(users) & m["rate"].notna()].sort_values("timestamp")
-    return pd.DataFrame(
-        {"user": m["principal"], "time": utc(m["timestamp"]), "rate": m["rate"], "quota": m["quota"]}
-    ).reset_index(drop=True)
+    drawn = _rates_from_decisions(live(decisions), users, window_ms, span_ms)
+    rest = [u for u in users if u not in set(drawn["user"])]
+    if not (m.empty or not rest or "rate" not in m):
+        m = m[m["principal"].isin(rest) & m["rate"].notna()].sort_values("timestamp")
+        from_metrics = pd.DataFrame(
+            {"user": m["principal"], "time": utc(m["timestamp"]), "rate": m["rate"], "quota": m["quota"]}
+        )
+        drawn = pd.concat([drawn, from_metrics], ignore_index=True) if len(drawn) else from_metrics
+    return drawn.reset_index(drop=True)
+
+
+def _rates_from_decisions(decisions, users, window_ms, span_ms) -> pd.DataFrame:
+    empty = pd.DataFrame(columns=["user", "time", "rate", "quota"])
+    if decisions is None or decisions.empty or not window_ms or span_ms is None or "verdict" not in decisions:
+        return empty
+    first, width, count = bins(*span_ms)
+    ends = np.array([first + (k + 1) * width for k in range(count)], dtype=np.int64)
+    ends[-1] = min(ends[-1], span_ms[1] + 1)  # the last bin ends with the run
+    parts = []
+    for user, rows in decisions[decisions["principal"].isin(users)].groupby("principal", sort=False):
+        rows = rows.sort_values("timestamp", kind="stable")
+        ts = rows["timestamp"].to_numpy(np.int64)
+        admitted = np.sort(ts[(rows["verdict"] == ADMIT).to_numpy()])
+        rate = np.searchsorted(admitted, ends, "left") - np.searchsorted(admitted, ends - window_ms, "left")
+        latest = np.searchsorted(ts, ends, "left") - 1  # the last decision before each bin's end
+        quota = rows["quota"].to_numpy(np.float64)[np.maximum(latest, 0)]
+        shown = latest >= 0
+        parts.append(
+            pd.DataFrame(
+                {
+                    "user": user,
+                    "time": utc(pd.Series(ends[shown])),
+                    "rate": rate[shown],
+                    "quota": quota[shown],
+                }
+            )
+        )
+    return pd.concat(parts, ignore_index=True) if parts else empty
 
 
 def bin_ms(span_ms: int, max_bins: int = MAX_BINS) -> int:

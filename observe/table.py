@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from pidquota.quota.client import Client
 from pidquota.quota.user_state import UserState
 
 MAX_USER_WIDTH = 60
@@ -25,6 +26,10 @@ _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear the screen
 
 def _acted(mark: str | None) -> str:
     return f", {mark}" if mark else ""
+
+
+def _client(client: Client | None) -> str:
+    return f"  {client.text()}" if client is not None else ""
 
 
 def _num(x, fmt="{:.1f}") -> str:
@@ -55,7 +60,9 @@ class UserTable:
     user's event time (:class:`pidquota.quota.user_state.UserState`): ``THROTTLED 36s`` while
     a new PID would wait, else ``ok``; then ``ACTED ON`` while the actuator holds one of
     Kafka's controls on the user (``WOULD ACT`` in a dry run), from the batch's ``actions``
-    rows. Throttled users come first; with ``max_rows``, the rest are counted in one line.
+    rows. After it, the user's main client where the input names one (its latest batch's:
+    ``client.id app-1 (kafka-python 3.0.12) at 10.0.0.5 via broker b1``). Throttled users
+    come first; with ``max_rows``, the rest are counted in one line.
     """
 
     def __init__(
@@ -80,10 +87,14 @@ class UserTable:
         self._first_unshown: int | None = None  # the oldest batch not shown yet
         self._last_batch = 0
         self.acted: dict[str, str] = {}  # principal -> ACTED ON or WOULD ACT
+        self.clients: dict[str, Client] = {}  # principal -> its latest main client, where known
 
     def update(self, batch_id: int, frames: dict) -> None:
         for row in frames["metrics"].to_dict("records"):
             self.latest[row["principal"]] = row
+            client = Client.from_row(row)
+            if client is not None:
+                self.clients[row["principal"]] = client
         actions = frames.get("actions")
         for row in [] if actions is None else actions.to_dict("records"):
             if row["action"] == "apply":
@@ -131,6 +142,7 @@ class UserTable:
                 f"{_num(r.get('admitted_total'), '{:.0f}'):>9} {_num(r.get('throttled_total'), '{:.0f}'):>9} "
                 f"{('-' if size is None or pd.isna(size) else f'{int(size):,} B'):>9}  "
                 f"{states[r['principal']][1]}{_acted(self.acted.get(r['principal']))}"
+                f"{_client(self.clients.get(r['principal']))}"
             )
         rest = rows[self.max_rows :] if self.max_rows is not None else []
         if rest:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 
 from pidquota.quota.bucket import TokenBucket
+from pidquota.quota.client import COLUMNS, Client
 
 
 def finite(value) -> float | None:
@@ -59,6 +60,7 @@ class UserState:
     throttle_time_ms: float | None = None
     admitted_total: float | None = None
     throttled_total: float | None = None
+    client: Client | None = None  # its main client, where the input names one
 
     @classmethod
     def from_metrics(cls, row: Mapping, batch_id: int, window_ms: int) -> UserState | None:
@@ -80,6 +82,7 @@ class UserState:
             throttle_time_ms=finite(row.get("throttle_time_ms")),
             admitted_total=finite(row.get("admitted_total")),
             throttled_total=finite(row.get("throttled_total")),
+            client=Client.from_row(row),
         )
 
     def _bucket(self) -> TokenBucket:
@@ -108,7 +111,7 @@ class UserState:
     def requoted(self, quota: float | None, batch_id: int) -> UserState:
         """This state under a changed quota (None: unlimited), as of ``batch_id``."""
         if quota is None:
-            return UserState(self.principal, self.now_ms, batch_id, self.window_ms)
+            return UserState(self.principal, self.now_ms, batch_id, self.window_ms, client=self.client)
         if self.quota is None or self.tokens is None:
             return replace(self, quota=float(quota), batch_id=batch_id)
         bucket = self._bucket()
@@ -127,4 +130,6 @@ class UserState:
             value = getattr(self, name)
             if value is not None:
                 out[name] = shown(value, d)
+        if self.client is not None:
+            out.update({k: v for k, v in zip(COLUMNS, astuple(self.client), strict=True) if v})
         return out

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from pidquota.quota.client import COLUMNS as CLIENT_COLUMNS
+from pidquota.quota.client import Client
 from pidquota.quota.user_state import UserState
 from pidquota.store.keys import Keys
 
@@ -160,6 +162,7 @@ class Status:
     metrics: dict
     published_ms: int | None = None  # wall clock: when the enforcer wrote this state
     expires_in_ms: int | None = None  # wall clock: when Redis drops it; None: never
+    client: Client | None = None  # its main client, where the input names one
 
     def published(self, wall_ms: int) -> str | None:
         """When the state was published and when it expires, in wall-clock time (None for a
@@ -178,11 +181,12 @@ class Status:
         if self.now_ms is None:
             return f"{self.principal}: no state published"
         latest = f"its latest event {event_time(self.now_ms)}"
+        who = f"; {self.client.text()}" if self.client is not None else ""
         if not self.throttled:
-            return f"{self.principal}: not throttled ({latest})"
+            return f"{self.principal}: not throttled ({latest}){who}"
         return (
             f"{self.principal}: THROTTLED for {self.throttled_for_ms} ms of event time "
-            f"(until {event_time(self.throttled_until_ms)}; {latest})"
+            f"(until {event_time(self.throttled_until_ms)}; {latest}){who}"
         )
 
 
@@ -204,7 +208,9 @@ class StatusClient:
         key = self.keys.user_state(principal)
         with self.client.pipeline(transaction=True) as p:
             raw, ttl = p.hgetall(key).pttl(key).execute()
-        metrics = {k.decode(): _number(v.decode()) for k, v in raw.items()}
+        text = {k.decode(): v.decode() for k, v in raw.items()}
+        client = Client.from_row({k: text.pop(k, None) for k in CLIENT_COLUMNS})
+        metrics = {k: _number(v) for k, v in text.items()}
         now, until = metrics.pop("now_ms", None), metrics.pop("throttled_until_ms", None)
         published = metrics.pop("published_ms", None)
         throttled = now is not None and until is not None and until > now
@@ -217,6 +223,7 @@ class StatusClient:
             metrics,
             published,
             ttl if ttl >= 0 else None,
+            client,
         )
 
     def principals(self) -> list[str]:

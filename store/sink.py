@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from pidquota.conf.errors import PidquotaError
 from pidquota.quota.resolver import QuotaSource, resolve
@@ -114,7 +115,10 @@ class RedisPublisher:
         return out
 
     def _remember(self, states: dict) -> None:
-        for principal, state in states.items():
+        for principal, state in list(states.items()):
+            known = self._throttled.get(principal)
+            if state.client is None and known is not None and known.client is not None:
+                states[principal] = state = replace(state, client=known.client)  # a batch of known PIDs
             if state.throttled:
                 self._throttled[principal] = state
             else:

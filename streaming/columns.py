@@ -4,6 +4,8 @@ schemas built from them are in ``pidquota.streaming.schema``)."""
 
 from __future__ import annotations
 
+from pidquota.quota.client import COLUMNS as CLIENT_FIELDS
+
 KIND_EVENT, KIND_DEAD = "E", "D"  # what parsing made of a record
 KIND_DECISION, KIND_METRIC = "decision", "metric"  # rows coming out of the operator
 KIND_SKIPPED = "skipped"  # input lines of no interest, counted per kind (the request log's other API keys)
@@ -15,6 +17,7 @@ PARSED_COLUMNS = (
     "producer_id",
     "producer_epoch",
     "timestamp",
+    "client",
     "raw",
     "reason",
     "source",
@@ -25,6 +28,8 @@ PARSED_COLUMNS = (
 # empty) and carries its raw text, reason and source as one JSON string.
 DEAD_PRINCIPAL = ""
 
+# Which application a PID came from, where the input says (``pidquota.quota.client``).
+CLIENT_COLUMNS = CLIENT_FIELDS
 DECISION_COLUMNS = (
     "principal",
     "producer_id",
@@ -36,6 +41,7 @@ DECISION_COLUMNS = (
     "quota",
     "replay",
     "mode",
+    *CLIENT_COLUMNS,
 )
 METRIC_COLUMNS = (
     "principal",
@@ -58,10 +64,21 @@ METRIC_COLUMNS = (
     "failed_publishes",
     "replay",
     "mode",
+    # the batch's main client: of its throttled PIDs, else of its admitted ones
+    *CLIENT_COLUMNS,
 )
 # The decision columns the operator carries as arrays (``d_`` + name) on a principal's row,
 # one element per verdict (``streaming/outputs/rows.py`` makes them decision rows).
-DECISION_FIELDS = ("producer_id", "producer_epoch", "timestamp", "admitted", "throttle_time_ms", "tokens")
+# ``client`` is the verdict's PID's client identity joined into one string (``SEP``).
+DECISION_FIELDS = (
+    "producer_id",
+    "producer_epoch",
+    "timestamp",
+    "admitted",
+    "throttle_time_ms",
+    "tokens",
+    "client",
+)
 DECISION_ARRAYS = {name: f"d_{name}" for name in DECISION_FIELDS}  # field -> the operator's column
 DEAD_LETTER_COLUMNS = ("raw", "reason", "source")
 SKIPPED_COLUMNS = ("what", "count")

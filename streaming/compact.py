@@ -4,7 +4,8 @@ Spark's stateful pandas operator costs per row: every row is shuffled,
 serialised to the Python worker and turned into pandas. So each input
 partition first folds its events (in Arrow, vectorised: ``Table.group_by``)
 into one row per principal carrying its sightings' PIDs, timestamps and
-epochs as arrays (in step), and its newest timestamp (for the watermark).
+epochs as arrays (in step), its PIDs' clients (each PID once), and its newest
+timestamp (for the watermark).
 The operator unfolds them again, so the core sees exactly the same
 sightings and decides exactly the same; only the transport shrinks.
 Dead letters pass through unchanged.
@@ -21,8 +22,8 @@ from pidquota.streaming.columns import DEAD_PRINCIPAL
 from pidquota.streaming.screen import fold
 
 COMPACT_SCHEMA = (
-    "principal string, producer_ids array<long>, timestamps array<long>, epochs array<int>, dead string, "
-    "max_ts long"
+    "principal string, producer_ids array<long>, timestamps array<long>, epochs array<int>, "
+    "client_pids array<long>, clients array<string>, dead string, max_ts long"
 )
 _OUT = pa.schema(
     [
@@ -30,6 +31,8 @@ _OUT = pa.schema(
         ("producer_ids", pa.list_(pa.int64())),
         ("timestamps", pa.list_(pa.int64())),
         ("epochs", pa.list_(pa.int32())),
+        ("client_pids", pa.list_(pa.int64())),
+        ("clients", pa.list_(pa.string())),
         ("dead", pa.string()),
         ("max_ts", pa.int64()),
     ]
@@ -37,7 +40,7 @@ _OUT = pa.schema(
 
 
 def compact(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function: (principal, producer_id, producer_epoch, timestamp, dead) in."""
+    """``mapInArrow`` function: (principal, producer_id, producer_epoch, timestamp, client, dead) in."""
     for batch in batches:
         table = pa.Table.from_batches([batch])
         is_dead = pc.equal(table["principal"], DEAD_PRINCIPAL)
@@ -50,6 +53,8 @@ def compact(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                     pa.nulls(n, pa.list_(pa.int64())),
                     pa.nulls(n, pa.list_(pa.int64())),
                     pa.nulls(n, pa.list_(pa.int32())),
+                    pa.nulls(n, pa.list_(pa.int64())),
+                    pa.nulls(n, pa.list_(pa.string())),
                     dead["dead"].combine_chunks(),
                     pa.nulls(n, pa.int64()),
                 ],
@@ -66,6 +71,8 @@ def compact(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                 folded["producer_id_list"].combine_chunks(),
                 folded["timestamp_list"].combine_chunks().cast(pa.list_(pa.int64())),
                 folded["producer_epoch_list"].combine_chunks().cast(pa.list_(pa.int32())),
+                folded["client_pids"].combine_chunks().cast(pa.list_(pa.int64())),
+                folded["clients"].combine_chunks().cast(pa.list_(pa.string())),
                 pa.nulls(n, pa.string()),
                 folded["timestamp_max"].combine_chunks(),
             ],

@@ -16,13 +16,21 @@ import json
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import astuple
 
 import numpy as np
 import pandas as pd
 
-from pidquota.quota import Decisions, PrincipalQuota, QuotaSettings, QuotaSource, resolve
+from pidquota.quota import Decisions, PrincipalQuota, QuotaSettings, QuotaSource, client, resolve
 from pidquota.quota.states import PrincipalStates
-from pidquota.streaming.columns import DEAD_PRINCIPAL, DECISION_ARRAYS, KIND_DEAD, KIND_METRIC, KIND_SKIPPED
+from pidquota.streaming.columns import (
+    CLIENT_COLUMNS,
+    DEAD_PRINCIPAL,
+    DECISION_ARRAYS,
+    KIND_DEAD,
+    KIND_METRIC,
+    KIND_SKIPPED,
+)
 from pidquota.streaming.schema import OPERATOR_COLUMNS
 
 # PySpark's worker pads each group's output with all-NA rows and concatenates
@@ -74,25 +82,65 @@ def dead_letters(pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         yield frame([_row(kind=KIND_SKIPPED, what=k, count=n) for k, n in sorted(skipped.items())])
 
 
-def unfold(pdf: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def unfold(pdf: pd.DataFrame) -> dict[str, tuple]:
     """Rows of (principal, arrays of sightings) (streaming/compact.py, streaming/screen.py)
-    back to one entry per sighting, per principal: timestamps, producer ids, epochs."""
+    back to one entry per sighting, per principal: timestamps, producer ids, epochs, and
+    its PIDs' clients (a Series of joined identities by PID, or None: no client named)."""
     lengths = pdf["timestamps"].map(len).to_numpy(dtype=np.int64)
     ts = np.concatenate(pdf["timestamps"].to_list()).astype(np.int64, copy=False)
     epochs = np.concatenate(pdf["epochs"].to_list()).astype(np.int64, copy=False)
     pids = np.concatenate(pdf["producer_ids"].to_list()).astype(np.int64, copy=False)
     codes, names = pd.factorize(pdf["principal"])
+    clients = _clients(pdf, codes, names)
     if len(names) == 1:
-        return {names[0]: (ts, pids, epochs)}
+        return {names[0]: (ts, pids, epochs, clients.get(names[0]))}
     owner = np.repeat(codes, lengths)
     order = np.argsort(owner, kind="stable")
     ends = np.cumsum(np.bincount(owner, minlength=len(names)))
     ts, pids, epochs = ts[order], pids[order], epochs[order]
     out, begin = {}, 0
     for name, end in zip(names, ends.tolist(), strict=True):
-        out[name] = (ts[begin:end], pids[begin:end], epochs[begin:end])
+        out[name] = (ts[begin:end], pids[begin:end], epochs[begin:end], clients.get(name))
         begin = end
     return out
+
+
+def _clients(pdf: pd.DataFrame, codes: np.ndarray, names) -> dict[str, pd.Series]:
+    """Per principal, its PIDs' clients: the least identity a PID has in any row (the same
+    rule as the fold's, so the split into partitions never changes the answer)."""
+    if "clients" not in pdf.columns:
+        return {}
+    named = pdf["clients"].notna().to_numpy()
+    if not named.any():
+        return {}
+    rows = pdf[named]
+    lengths = rows["client_pids"].map(len).to_numpy(dtype=np.int64)
+    table = pd.DataFrame(
+        {
+            "owner": np.repeat(codes[named], lengths),
+            "pid": np.concatenate(rows["client_pids"].to_list()).astype(np.int64, copy=False),
+            "client": np.concatenate(rows["clients"].to_list()),
+        }
+    )
+    least = table.groupby(["owner", "pid"], sort=False)["client"].min()
+    return {names[owner]: per.droplevel(0) for owner, per in least.groupby(level=0, sort=False)}
+
+
+def decision_clients(decisions: Decisions, clients: pd.Series | None) -> list:
+    """Each verdict's client identity (None where its PID named none)."""
+    if clients is None or not len(decisions):
+        return [None] * len(decisions)
+    found = clients.reindex(decisions.producer_id)
+    return [c if isinstance(c, str) else None for c in found.tolist()]
+
+
+def main_client(decisions: Decisions, clients: list) -> dict:
+    """The batch's main client as the metrics row's client columns: the most frequent among
+    its throttled PIDs, else among its admitted ones (``{}``: none known)."""
+    throttled = [c for c, a in zip(clients, decisions.admitted.tolist(), strict=True) if not a]
+    joined = client.top(throttled) or client.top(clients)
+    known = client.Client.parse(joined)
+    return {} if known is None else dict(zip(CLIENT_COLUMNS, astuple(known), strict=True))
 
 
 def on_timeout(states: PrincipalStates, principal: str, watermark: int, settings: QuotaSettings) -> None:
@@ -130,6 +178,7 @@ def _judged(
     ignored: int,
     stale: bool,
     replay_until=None,
+    clients: pd.Series | None = None,
 ) -> list:
     """The principal's metrics row, carrying its verdicts as arrays (``DECISION_FIELDS``,
     turned into decision rows by the sinks: ``streaming/outputs/rows.py``). The row's ``admitted``
@@ -142,6 +191,7 @@ def _judged(
     took = int(admitted.sum())
     throttled = len(admitted) - took
     m["throttle_time_ms"] = round(m["throttle_time_ms"])
+    chosen = decision_clients(decisions, clients)
     return _row(
         kind=KIND_METRIC,
         principal=principal,
@@ -152,15 +202,20 @@ def _judged(
         passed=n - ignored - took - throttled,
         ignored=ignored,
         quota_stale=stale,
-        **_arrays(decisions),
+        **_arrays(decisions, chosen),
+        **main_client(decisions, chosen),
         **m,
     )
 
 
-def _arrays(decisions: Decisions) -> dict:
+def _arrays(decisions: Decisions, clients: list) -> dict:
     """The verdicts as the metrics row's decision arrays: Python lists, which PySpark turns
     into Arrow lists without a numpy scalar per element."""
-    return {column: getattr(decisions, name).tolist() for name, column in DECISION_ARRAYS.items()}
+    out = {
+        column: clients if name == "client" else getattr(decisions, name).tolist()
+        for name, column in DECISION_ARRAYS.items()
+    }
+    return out
 
 
 def judge_principal(
@@ -174,7 +229,7 @@ def judge_principal(
     replay_until: int | None = None,
 ) -> list:
     """One principal's events of this batch: its metrics row, its verdicts in arrays."""
-    ts, pids, epochs = sightings
+    ts, pids, epochs, clients = sightings
     ignored = int((pids < 0).sum())
     blob = states.get(principal)
     if rate is None or (ignored == len(ts) and blob is None):
@@ -187,7 +242,7 @@ def judge_principal(
         quota = PrincipalQuota(rate, settings, int(ts.min()))
     decisions = quota.judge_batch(ts, pids, epochs, replay_until)
     states.put(principal, quota.to_bytes(), max(quota.evict_at_ms(), watermark + 1))
-    return _judged(principal, quota, decisions, len(ts), ignored, stale, replay_until)
+    return _judged(principal, quota, decisions, len(ts), ignored, stale, replay_until, clients)
 
 
 def make_state_function(

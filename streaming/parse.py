@@ -10,6 +10,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from pidquota.quota.client import COLUMNS as CLIENT_COLUMNS
+from pidquota.quota.client import SEP
 from pidquota.streaming.columns import KIND_DEAD, KIND_EVENT
 from pidquota.streaming.schema import EVENT_FIELDS
 
@@ -141,6 +143,19 @@ def _record_checks(v: Column, text: Column) -> list[tuple[Column, Column]]:
     ]
 
 
+def _client(values: dict[str, Column]) -> Column:
+    """The event's client identity joined into one string (``pidquota.quota.client``), as
+    ``streaming/screen.py``'s ``client_column`` joins it; null when no field names one."""
+    fields = {"broker": values["broker_id"].cast("string"), "client_id": values["client_id"]}
+    fields["transactional_id"] = values["transactional_id"]
+    cols = [fields.get(name, F.lit(None).cast("string")) for name in CLIENT_COLUMNS]
+    known = F.lit(False)
+    for c in cols:
+        known = known | F.coalesce(c != "", F.lit(False))
+    joined = F.concat_ws(SEP, *(F.coalesce(F.translate(c, SEP, " "), F.lit("")) for c in cols))
+    return F.when(known, joined)
+
+
 def parse_events(lines: DataFrame, max_principal: int, keep: tuple[str, ...] = ()) -> DataFrame:
     """``value`` strings in; ``PARSED_COLUMNS`` out, then the ``keep`` columns as they were.
 
@@ -176,6 +191,7 @@ def parse_events(lines: DataFrame, max_principal: int, keep: tuple[str, ...] = (
         reason.alias("reason"),
         *(values[n].alias(n) for n in ("principal", "producer_id", "timestamp")),
         values["producer_epoch"].alias("producer_epoch"),
+        _client(values).alias("client"),
         *keep,
     )
     ok = F.col("reason").isNull()
@@ -185,6 +201,7 @@ def parse_events(lines: DataFrame, max_principal: int, keep: tuple[str, ...] = (
         F.when(ok, F.col("producer_id")).alias("producer_id"),
         F.when(ok, F.coalesce(F.col("producer_epoch").cast("int"), F.lit(-1))).alias("producer_epoch"),
         F.when(ok, F.col("timestamp")).alias("timestamp"),
+        F.when(ok, F.col("client")).alias("client"),
         F.when(~ok, F.col("raw")).alias("raw"),
         F.col("reason"),
         F.when(~ok, F.col("source")).alias("source"),

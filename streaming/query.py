@@ -24,7 +24,7 @@ from pidquota.streaming.schema import OPERATOR_SCHEMA, STATE_SCHEMA
 from pidquota.streaming.screen import FOLDED, Screen
 from pidquota.streaming.screen import OPTION as SCREEN_OPTION
 
-COMPACT_COLUMNS = ("principal", "producer_ids", "timestamps", "epochs", "dead")
+COMPACT_COLUMNS = ("principal", "producer_ids", "timestamps", "epochs", "client_pids", "clients", "dead")
 
 # Spark drops rows older than the watermark before a stateful operator with
 # event-time timeouts, silently. The contract instead judges late events at
@@ -168,6 +168,7 @@ def screened(lines: DataFrame, max_principal: int) -> DataFrame:
     )
     parsed = parse_events(unchecked, max_principal, keep=tuple(n for n, _ in FOLDED))
     event = check & (F.col("kind") == KIND_EVENT)
+    named = event & F.col("client").isNotNull()
     dead = F.when(check & (F.col("kind") == KIND_DEAD), F.to_json(F.struct("raw", "reason", "source")))
     dead = dead.otherwise(F.col("f_dead"))  # judged by the source itself (streaming/request_log.py)
     return parsed.select(
@@ -175,6 +176,8 @@ def screened(lines: DataFrame, max_principal: int) -> DataFrame:
         F.when(event, F.array("producer_id")).otherwise(F.col("f_producer_ids")).alias("producer_ids"),
         F.when(event, F.array("timestamp")).otherwise(F.col("f_timestamps")).alias("timestamps"),
         F.when(event, F.array("producer_epoch")).otherwise(F.col("f_epochs")).alias("epochs"),
+        F.when(named, F.array("producer_id")).otherwise(F.col("f_client_pids")).alias("client_pids"),
+        F.when(named, F.array("client")).otherwise(F.col("f_clients")).alias("clients"),
         dead.alias("dead"),
         F.when(check, F.col("timestamp")).otherwise(F.col("f_max_ts")).alias("max_ts"),
     )
@@ -196,7 +199,9 @@ def strict(lines: DataFrame, max_principal: int) -> DataFrame:
     and then folded (the path before the screen; benchmarks compare the two)."""
     events = parse_events(lines, max_principal)
     dead = F.when(F.col("kind") == KIND_DEAD, F.to_json(F.struct("raw", "reason", "source")))
-    inputs = events.select("principal", "producer_id", "producer_epoch", "timestamp", dead.alias("dead"))
+    inputs = events.select(
+        "principal", "producer_id", "producer_epoch", "timestamp", "client", dead.alias("dead")
+    )
     return inputs.mapInArrow(compact, COMPACT_SCHEMA)
 
 

@@ -24,8 +24,10 @@ of lines is judged in three steps:
    record is unwrapped first (the line in the first of ``message_fields`` present,
    the broker in the first of ``host_fields``); then the line's time (log4j's
    ``yyyy-MM-dd HH:mm:ss,SSS`` in ``timezone``) and its JSON. A granted init
-   (``errorCode`` 0) becomes an event: principal, client_id, transactional_id,
-   producer_id, producer_epoch, timestamp and broker. A refused one (``errorCode``
+   (``errorCode`` 0) becomes an event: principal, producer_id, producer_epoch,
+   timestamp, and the client's identity: client_id, transactional_id, the client's
+   address (from ``connection``), its software (``clientInformation``) and the broker
+   (the shipper's host, else the file's broker, else the listener's address). A refused one (``errorCode``
    not 0, ``producerId`` -1) granted nothing: counted as ``INIT_PRODUCER_ID refused``.
 3. **Broken lines** (cut JSON, a missing field, a bad time, a line of the request
    log without a key) become dead letters with their reason. No line fails the query.
@@ -53,8 +55,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pidquota.quota.client import COLUMNS as CLIENT_COLUMNS
 from pidquota.streaming.columns import NOT_A_REQUEST
-from pidquota.streaming.screen import FOLDED, as_binary, fold, folded_batch, judged_batch
+from pidquota.streaming.screen import FOLDED, as_binary, client_column, fold, folded_batch, judged_batch
 
 FORMAT = "kafka-request-log"
 INIT_PRODUCER_ID = 22
@@ -260,6 +263,7 @@ def parse_init(line: str, clock: Clock, max_principal: int) -> dict | None:
     request = d.get("request") if isinstance(d.get("request"), dict) else {}
     client = header.get("clientId")
     txn = request.get("transactionalId")
+    local, address = connection_ends(d.get("connection"))
     return {
         "timestamp": ts,
         "principal": principal,
@@ -267,7 +271,34 @@ def parse_init(line: str, clock: Clock, max_principal: int) -> dict | None:
         "producer_epoch": epoch,
         "client_id": client if isinstance(client, str) else None,
         "transactional_id": txn if isinstance(txn, str) else None,
+        "client_address": address,
+        "client_software": software(d.get("clientInformation")),
+        "listener": local,
     }
+
+
+def connection_ends(connection) -> tuple[str | None, str | None]:
+    """The broker's end (host:port) and the client's host of a request log's ``connection``,
+    Kafka's ``ConnectionId``: ``local:port-remote:port-processor[-index]``, e.g.
+    ``127.0.0.1:9092-10.0.0.5:55158-0`` gives ``("127.0.0.1:9092", "10.0.0.5")``. An IPv6
+    host holds colons but never a dash; anything else gives Nones."""
+    if not isinstance(connection, str):
+        return None, None
+    parts = connection.split("-")
+    if len(parts) < 3 or ":" not in parts[1]:
+        return None, None
+    return parts[0] or None, parts[1].rpartition(":")[0] or None
+
+
+def software(info) -> str | None:
+    """``clientInformation`` (KIP-511) as one text: ``kafka-python 3.0.12``; None when the
+    client sent none (``unknown``, as the broker writes it for old clients)."""
+    if not isinstance(info, dict):
+        return None
+    parts = [
+        v for k in ("softwareName", "softwareVersion") if isinstance(v := info.get(k), str) and v != "unknown"
+    ]
+    return " ".join(parts) or None
 
 
 @dataclass
@@ -329,7 +360,7 @@ class RequestLogJudge:
             if event is None:
                 skipped[REFUSED] += 1
             else:
-                event["broker"] = host or brokers[i]
+                event["broker"] = host or brokers[i] or event["listener"]
                 events.append(event)
         return Judged(events, dead, skipped)
 
@@ -344,6 +375,7 @@ _EVENTS = pa.schema(
         ("producer_id", pa.int64()),
         ("timestamp", pa.int64()),
         ("producer_epoch", pa.int32()),
+        *((name, pa.string()) for name in CLIENT_COLUMNS),
     ]
 )
 
@@ -392,7 +424,8 @@ class RequestLogScreen:
         brokers = _PerRow(len(sources), lambda i: self.broker_of(sources[i]) if files else None)
         judged = self.judge.judge(values, sources, brokers)
         if judged.events:
-            events = pa.Table.from_pylist(judged.events).select(_EVENTS.names).cast(_EVENTS)
+            events = pa.Table.from_pylist(judged.events, schema=_EVENTS)
+            events = events.append_column("client", client_column(events))
             yield folded_batch(fold(events), self.schema)
         letters = [json.dumps(d, ensure_ascii=False) for d in judged.dead]
         if judged.skipped:

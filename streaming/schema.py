@@ -31,7 +31,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from pidquota.streaming.columns import DECISION_ARRAYS
+from pidquota.streaming.columns import CLIENT_COLUMNS, DECISION_ARRAYS
 
 # (name, spark type, required, inclusive range or None)
 EVENT_FIELDS: tuple[tuple[str, object, bool, tuple[int, int] | None], ...] = (
@@ -86,6 +86,8 @@ OUTPUT_SCHEMA = StructType(
         # Skipped input (the request log's other API keys, control batches): what, and how many.
         StructField("what", StringType()),
         StructField("count", LongType()),
+        # Decisions: the PID's client; metrics: the batch's main client (pidquota.quota.client).
+        *(StructField(name, StringType()) for name in CLIENT_COLUMNS),
     ]
 )
 OUTPUT_COLUMNS = tuple(f.name for f in OUTPUT_SCHEMA.fields)
@@ -94,7 +96,7 @@ OUTPUT_COLUMNS = tuple(f.name for f in OUTPUT_SCHEMA.fields)
 # batch's verdicts as arrays (``d_`` + a decision column), which the sinks turn into
 # decision rows in Arrow (``streaming/outputs/rows.py``): Python builds one row per
 # principal, not one per verdict, and Spark collects one per principal too.
-_DECISION_TYPES = {"admitted": BooleanType()}
+_DECISION_TYPES = {"admitted": BooleanType(), "client": StringType()}
 OPERATOR_SCHEMA = StructType(
     [
         *OUTPUT_SCHEMA.fields,

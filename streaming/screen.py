@@ -51,6 +51,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from pidquota.quota.client import COLUMNS as CLIENT_COLUMNS
+from pidquota.quota.client import SEP
 from pidquota.streaming.schema import EVENT_FIELDS
 
 # Longer records go to the strict parse. Within 1000 bytes there is no room for what
@@ -72,6 +74,10 @@ FOLDED = (
     ("f_producer_ids", pa.list_(pa.int64())),
     ("f_timestamps", pa.list_(pa.int64())),
     ("f_epochs", pa.list_(pa.int32())),
+    # The clients of the sightings that name one (``pidquota.quota.client``): each PID once,
+    # with its joined identity, in step. Null when no sighting names a client.
+    ("f_client_pids", pa.list_(pa.int64())),
+    ("f_clients", pa.list_(pa.string())),
     ("f_max_ts", pa.int64()),
     # A row the source judged itself (``streaming/request_log.py``): a dead letter's JSON
     # (raw, reason, source), or lines skipped per kind ({"skipped": {...}}); principal "".
@@ -156,14 +162,49 @@ def _certified(table: pa.Table, fallback: pa.Array | None, max_principal: int) -
     return pc.fill_null(ok, False), ts
 
 
+def client_column(table: pa.Table) -> pa.Array:
+    """Each row's client identity joined into one string (``pidquota.quota.client``), from
+    whichever of its columns ``table`` has (``broker_id`` stands for ``broker``); null
+    where none is known."""
+    n = table.num_rows
+    parts, known = [], pa.array(np.zeros(n, dtype=bool))
+    for name in CLIENT_COLUMNS:
+        source = "broker_id" if name == "broker" and "broker_id" in table.column_names else name
+        if source not in table.column_names:
+            parts.append(pa.repeat(pa.scalar("", pa.string()), n))
+            continue
+        col = pc.cast(table[source], pa.string())
+        known = pc.or_(known, pc.fill_null(pc.not_equal(col, ""), False))
+        parts.append(pc.fill_null(pc.replace_substring(col, SEP, " "), ""))  # a field never splits
+    joined = pc.binary_join_element_wise(*parts, SEP)
+    return pc.if_else(known, joined, pa.scalar(None, pa.string()))
+
+
 def fold(events: pa.Table) -> pa.Table:
     """One row per principal: its sightings' PIDs, timestamps and epochs (in step), and
     the newest timestamp. A batch's rows then cost per principal, not per event, on
-    their way through Spark's shuffle and into the stateful operator's pandas."""
+    their way through Spark's shuffle and into the stateful operator's pandas.
+
+    With a ``client`` column (a joined identity), each PID that has one is listed once
+    more, in ``client_pids`` with its identity in ``clients``: the least identity among its
+    sightings, so any split of the batch into partitions agrees."""
     folded = events.group_by(["principal"], use_threads=False).aggregate(
         [("producer_id", "list"), ("timestamp", "list"), ("producer_epoch", "list"), ("timestamp", "max")]
     )
-    return folded
+    named = events.filter(pc.is_valid(events["client"])) if "client" in events.column_names else None
+    if named is None or not named.num_rows:
+        n = folded.num_rows
+        return folded.append_column("client_pids", pa.nulls(n, pa.list_(pa.int64()))).append_column(
+            "clients", pa.nulls(n, pa.list_(pa.string()))
+        )
+    per_pid = named.group_by(["principal", "producer_id"], use_threads=False).aggregate([("client", "min")])
+    lists = per_pid.group_by(["principal"], use_threads=False).aggregate(
+        [("producer_id", "list"), ("client_min", "list")]
+    )
+    at = pc.index_in(folded["principal"], lists["principal"])  # Acero's join takes no list columns
+    return folded.append_column("client_pids", pc.take(lists["producer_id_list"], at)).append_column(
+        "clients", pc.take(lists["client_min_list"], at)
+    )
 
 
 def folded_batch(folded: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
@@ -174,11 +215,14 @@ def folded_batch(folded: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
         folded["producer_id_list"],
         folded["timestamp_list"],
         folded["producer_epoch_list"],
+        folded["client_pids"],
+        folded["clients"],
         folded["timestamp_max"],
         pa.nulls(n, pa.string()),
         pa.array(np.zeros(n, dtype=bool)),
     ]
     cols = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in cols]
+    cols = [c.cast(t) for c, (_, t) in zip(cols, FOLDED, strict=True)]
     cols += [pa.nulls(n, f.type) for f in schema][len(cols) :]
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
@@ -252,6 +296,7 @@ class Screen:
                     "producer_id": table["producer_id"],
                     "timestamp": ts,
                     "producer_epoch": pc.cast(pc.fill_null(table["producer_epoch"], -1), pa.int32()),
+                    "client": client_column(table),
                 }
             ).filter(ok)
             if events.num_rows:

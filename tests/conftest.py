@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 # scripts/kafka_broker.py starts Apache Kafka for the tests (harness.kafka) as for a user's shell.
@@ -69,6 +70,9 @@ def pytest_runtest_teardown(item):
 # pytest workers on two cores run short of (pidquota.spark.java.options).
 TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 os.environ.setdefault("PIDQUOTA_SPARK_JAVA_OPTIONS", TEST_JAVA_OPTIONS)
+# `pidquota generate`'s block store (cli/blocks.py) defaults to the user's state folder: the
+# tests keep theirs apart, one per pytest process.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="pidquota-test-state-")
 
 
 @pytest.fixture(scope="session", autouse=True)

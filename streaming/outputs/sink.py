@@ -26,11 +26,20 @@ import pyarrow.compute as pc
 
 from pidquota.conf.errors import PidquotaError
 from pidquota.store.sink import RedisPublisher
-from pidquota.streaming.columns import ACTION_COLUMNS, ACTIONS, ANONYMOUS, KIND_DEAD, KIND_METRIC, OUTPUTS
+from pidquota.streaming.columns import (
+    ACTION_COLUMNS,
+    ACTIONS,
+    ANONYMOUS,
+    KIND_DEAD,
+    KIND_METRIC,
+    NOT_A_REQUEST,
+    OUTPUTS,
+)
 from pidquota.streaming.outputs import retention
 from pidquota.streaming.outputs.jsonl import jsonl_bytes
 from pidquota.streaming.outputs.kafka import KafkaOutput
 from pidquota.streaming.outputs.rows import output_rows
+from pidquota.streaming.sources.sniff import FormatGuard
 
 log = logging.getLogger("pidquota.output")
 
@@ -171,9 +180,11 @@ class JsonlSink:
         retention_ms: int = 0,
         clock: Callable[[], float] = time.time,
         act=None,
+        guard: FormatGuard | None = None,
     ):
         self.out_dir = Path(out_dir)
         self.act = act
+        self.guard = guard  # the run's first records in the wrong format stop it (sniff.py)
         self.actions_file: Path | None = None
         if act is not None:
             (self.out_dir / ACTIONS).mkdir(parents=True, exist_ok=True)
@@ -193,6 +204,8 @@ class JsonlSink:
         # one collect, of a row per principal; Arrow keeps int64 ints with nulls intact
         table = self._marked(output_rows(batch_df.toArrow()))
         parts = _parts(table, batch_id)
+        if self.guard is not None and self.guard.watching:  # before anything of the batch is out
+            _guard(self.guard, parts)
         failed = 0
         if self.publish is not None:
             if not self.publish.bound:
@@ -205,7 +218,8 @@ class JsonlSink:
         actions = None
         if self.act is not None:
             candidates = _maybe_throttled(_enforced(BatchFrames(parts)["metrics"]))
-            actions = self.record_actions(self.act(candidates.to_dict("records")), batch_id)
+            addresses = _addresses(parts["decisions"])
+            actions = self.record_actions(self.act(candidates.to_dict("records"), addresses), batch_id)
         metrics = parts["metrics"]
         at = metrics.schema.get_field_index("failed_publishes")
         parts["metrics"] = metrics.set_column(
@@ -278,6 +292,28 @@ class JsonlSink:
         """Close the Kafka producer, if any (the end of a run)."""
         if self.kafka is not None:
             self.kafka.close()
+
+
+def _guard(guard: FormatGuard, parts: dict[str, pa.Table]) -> None:
+    """Feed the batch's records to the format guard (it raises on the wrong format)."""
+    dead, skipped = parts["dead-letters"], parts["skipped"]
+    counts = dict(zip(skipped["what"].to_pylist(), skipped["count"].to_pylist(), strict=True))
+    events = pc.sum(parts["metrics"]["events"]).as_py() or 0
+    records = events + dead.num_rows + sum(int(n or 0) for n in counts.values())
+    raws = dead["raw"].to_pylist()[: guard.WATCH] if dead.num_rows else []
+    guard.add(raws, records, int(counts.get(NOT_A_REQUEST) or 0), events)
+
+
+def _addresses(decisions: pa.Table) -> list[tuple[str, str, bool]]:
+    """The batch's live decisions that name a client address, as distinct ``(principal,
+    address, throttled)`` (the actuator's :class:`pidquota.actuate.addresses.AddressBook`)."""
+    if not decisions.num_rows or decisions["client_address"].null_count == decisions.num_rows:
+        return []
+    live = pc.invert(pc.fill_null(decisions["replay"], False))
+    named = decisions.filter(pc.and_(live, pc.is_valid(decisions["client_address"])))
+    named = named.append_column("throttled", pc.equal(named["verdict"], "THROTTLE"))
+    seen = named.group_by(["principal", "client_address", "throttled"], use_threads=False).aggregate([])
+    return list(zip(*(seen[c].to_pylist() for c in ("principal", "client_address", "throttled")), strict=True))
 
 
 def _set(table: pa.Table, column: str, where, value) -> pa.Table:

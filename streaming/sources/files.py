@@ -266,7 +266,8 @@ class FollowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict):
         options = {str(k).lower(): v for k, v in dict(options).items()}
         self.root, self.options = options["path"], options
-        self.follower = follow.Follower(self.root, Path(options["ledger"]).with_name(follow.LEDGER))
+        fmt = "kafka-request-log" if Options.from_source(options) is not None else "events"
+        self.follower = follow.Follower(self.root, Path(options["ledger"]).with_name(follow.LEDGER), fmt=fmt)
         self._now = False  # availableNow: read what is there when the query starts
         self._target: dict | None = None
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pidquota.conf.errors import CorruptStateError
+from pidquota.streaming.sources import sniff
 from pidquota.streaming.sources.listing import scan
 
 log = logging.getLogger("pidquota.files")
@@ -133,10 +134,12 @@ class _Look:
 class Follower:
     """The driver's side of following ``root``: the next offset, and a batch's chunks."""
 
-    def __init__(self, root: str, ledger: Path, clock=time.time):
+    def __init__(self, root: str, ledger: Path, clock=time.time, fmt: str | None = None):
         self.root, self.ledger, self.clock = root, Path(ledger), clock
+        self.fmt = fmt  # the input's format: a new file it cannot read is not followed (sniff.py)
         self.parked: list[tuple[str, Followed]] = self._read_ledger()
         self._looked: dict[str, tuple[int, int]] = {}  # key -> (size, mtime_ns) when last fingerprinted
+        self._sniffed: dict[str, bool] = {}  # key -> whether the format can read it
 
     def _listed(self) -> list[str]:
         """The files to follow, oldest first. A file named as the input is followed with the
@@ -239,8 +242,29 @@ class Follower:
         entry = self._place(look, known)
         if parked is not None and (entry.gen, entry.pos) == (parked.gen, look.st.st_size):
             return None  # parked and unchanged: it stays out of the offsets
+        if entry.pos == 0 and not self._readable(look, now - look.st.st_mtime > QUIET_S):
+            return None  # not followed: named once, and the others go on
         entry.pos = _complete_end(look.f, entry.pos, look.st.st_size, now - look.st.st_mtime > QUIET_S)
         return entry
+
+    def _readable(self, look: _Look, quiet: bool) -> bool:
+        """Whether the input's format can read a file not read yet, from its first lines
+        (``sniff.py``). Until a whole line is there (or the file is quiet) it is not judged,
+        and nothing of it is read anyway."""
+        if self.fmt is None or look.st.st_size == 0:
+            return True
+        known = self._sniffed.get(look.key)
+        if known is not None:
+            return known
+        look.f.seek(0)
+        head = look.f.read(sniff.HEAD)
+        if b"\n" not in head and not quiet and not head.startswith(b"\x1f\x8b"):
+            return True
+        why = sniff.problem(look.path, self.fmt, sniff.kind_of(head))
+        self._sniffed[look.key] = why is None
+        if why is not None:
+            log.warning("pidquota: %s; it is not followed, and the stream goes on", why)
+        return why is None
 
     def _place(self, look: _Look, known: Followed | None) -> Followed:
         """The file's entry: where it was, or a new generation from its start when it is new,

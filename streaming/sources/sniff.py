@@ -117,3 +117,52 @@ def check_files(paths: Iterable[str], fmt: str) -> None:
     if found:
         more = f" ({len(found) - 1} more file(s) like it)" if len(found) > 1 else ""
         raise InputError(f"{found[0]}{more}; nothing was read")
+
+
+class FormatGuard:
+    """A running query's first records, judged like a file's head: a Kafka input (or any
+    other) whose records are the other format stops the run after ``WATCH`` records at most,
+    with one line naming the flag, instead of turning a topic into dead letters.
+
+    Fed per batch: the dead letters' raw text, and how many records the batch had (events,
+    dead letters and skipped lines). It watches the run's first ``WATCH`` records only; it
+    trips when at least ``MIN_LINES`` of them, and most of them, are the other format: dead
+    letters whose text is request-log lines (``--input-format events``), or lines that are no
+    request-log line with no event at all (``--input-format kafka-request-log``). Example:
+    ``events`` over a topic of 500 request-log lines, one batch: 500 dead letters, 500 of them
+    request-log lines: it raises ``InputError('... records of kafka://b/t hold Kafka
+    request-log lines, not JSON events: add --input-format kafka-request-log ...')``.
+    """
+
+    WATCH = 1000
+    MIN_LINES = 20
+
+    def __init__(self, fmt: str, where: str):
+        self.fmt, self.where = fmt, where
+        self.seen = 0
+        self.other = 0
+
+    @property
+    def watching(self) -> bool:
+        return self.seen < self.WATCH and self.fmt in ("events", "kafka-request-log")
+
+    def add(self, dead_raw: list, records: int, not_requests: int = 0, events: int = 0) -> None:
+        """One batch; raises :class:`InputError` when the records are the other format."""
+        if not self.watching or records <= 0:
+            return
+        if self.fmt == "events":
+            lines = [r.encode("utf-8", "replace") if isinstance(r, str) else r for r in dead_raw if r]
+            self.other += sum(_line_kind(line) == "request-log" for line in lines[: self.WATCH])
+            other = "request-log"
+        else:
+            self.other += not_requests if not events else 0
+            other = "text"  # skipped lines keep no text: what they are is not known
+        self.seen += records
+        if self.other >= self.MIN_LINES and self.other * 2 > min(self.seen, self.WATCH):
+            fix = _FIX.get((self.fmt, other), "").replace("holds", "hold") or (
+                "are not Kafka request-log lines: is --input-format right? (JSON events are --input-format events)"
+            )
+            raise InputError(
+                f"{self.other:,} of the first {self.seen:,} records of {self.where} {fix}; the run stops "
+                "here, and nothing of them was written"
+            )

@@ -108,3 +108,18 @@ def test_try_it_without_a_cluster_runs_without_a_warning(tmp_path, capsys, no_sp
     assert main([*run, "--output", str(tmp_path / "logs-out")]) == 2
     err = capsys.readouterr().err
     assert err == "pidquota: error: Spark would start here\n"
+
+
+def test_generate_leaves_nothing_in_the_folder_it_runs_in(tmp_path, monkeypatch, capsys):
+    """The block store lives in the user's state folder, not the working folder."""
+    work, state = tmp_path / "work", tmp_path / "state"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    parser_default = __import__("pidquota.cli.blocks", fromlist=["default_blocks"]).default_blocks()
+    assert parser_default == str(state / "pidquota" / "pid-blocks.json")
+    assert main(["generate", "--duration", "1m", "--output", "out/events.jsonl"]) == 0
+    assert sorted(p.name for p in work.iterdir()) == ["out"]
+    assert (state / "pidquota" / "pid-blocks.json").exists()
+    assert main(["blocks"]) == 0
+    assert "blocks," in capsys.readouterr().out

@@ -150,6 +150,7 @@ EXPECTED = pd.DataFrame(
         "longest_throttle_ms": pd.array([30_000, None, None, None], dtype="Int64"),
         "first_throttle_ms": pd.array([T0, None, None, None], dtype="Int64"),
         "last_throttle_ms": pd.array([T0 + 10_000, None, None, None], dtype="Int64"),
+        "client": ["", "", "", ""],  # these decisions name no client
     }
 )
 SUMMARY = (
@@ -194,6 +195,27 @@ def test_summary_shows_the_top_throttled_and_counts_the_rest():
     lines = summary.render().splitlines()
     assert [line.split()[:3] for line in lines[1:3]] == [["User:u3", "5", "4"], ["User:u2", "4", "3"]]
     assert lines[3] == "2 other users, 2 of them throttled (3 throttles)"
+
+
+def test_each_offender_is_named_by_its_most_throttled_client():
+    crash = dict(client_id="crash-app", client_address="10.0.0.5", client_software="librdkafka 2.6.1")
+    decisions = judge(1, [(t, t) for t in range(5)])  # 1 ADMIT, 4 THROTTLE
+    named = [d | (crash if d["verdict"] == THROTTLE else {"client_id": "deploy"}) for d in decisions]
+    summary = rd.RunSummary()
+    summary.add({"decisions": pd.DataFrame(rows("User:crash", named))})
+    header, line = summary.render().splitlines()
+    assert header.endswith("  client")
+    assert line.endswith("  client.id crash-app (librdkafka 2.6.1) at 10.0.0.5, +1 other client")
+    table = rd.offenders(pd.DataFrame(rows("User:crash", named)))
+    assert table["client"].tolist() == ["client.id crash-app (librdkafka 2.6.1) at 10.0.0.5, +1 other client"]
+
+
+def test_a_users_clients_are_told_apart_up_to_a_bound(monkeypatch):
+    monkeypatch.setattr(rd.Offenders, "MAX_CLIENTS", 3)
+    decisions = judge(100, [(t, t) for t in range(6)])
+    named = [d | {"client_id": f"app-{i}"} for i, d in enumerate(decisions)]
+    table = rd.offenders(pd.DataFrame(rows("User:many", named)))
+    assert table["client"].tolist() == ["client.id app-2, +3 other clients"]  # 3 apart, the rest as one
 
 
 def test_header(run_dir):
@@ -424,3 +446,19 @@ def test_the_principals_the_actuator_acted_on_get_a_section(tmp_path):
         in page
     )
     assert "<td>User:loop (dry run)</td>" in page and "still held" in page
+
+
+def test_a_one_batch_run_gets_a_rate_line_from_its_decisions():
+    """The docstring's example: W = 60 s, ADMITs at 0, 10 and 70 s, one metrics row only."""
+    decisions = pd.DataFrame(
+        rows("User:a", judge(100, [(0, 1), (10_000, 2), (70_000, 3)], window_ms=60_000), batch_id=0)
+    )
+    metrics = pd.DataFrame([{"principal": "User:a", "timestamp": T0 + 70_000, "rate": 1.0, "quota": 100.0}])
+    series = rd.rate_series(metrics, ["User:a"], decisions, 60_000, (T0, T0 + 70_000))
+    ends = [int(t.value // 10**6) - T0 for t in series["time"]]
+    assert ends == [*range(5_000, 75_000, 5_000), 70_001]  # 5 s bins; the last ends with the run
+    assert series["rate"].tolist() == [sum(e - 60_000 <= a < e for a in (0, 10_000, 70_000)) for e in ends]
+    assert series["rate"].tolist()[:3] == [1, 1, 2] and series["rate"].iloc[-1] == 1
+    assert set(series["quota"]) == {100.0}
+    only_metrics = rd.rate_series(metrics, ["User:a"])  # no decisions: the metrics rows, one point
+    assert only_metrics["rate"].tolist() == [1.0]

@@ -121,3 +121,15 @@ def test_the_counts_say_what_they_count():
     header = text.splitlines()[1].split()
     assert "throttles" in header and "throttled" not in header
     assert "throttles: THROTTLE decisions (a refused PID seen again counts again)" in text
+
+
+def test_each_user_is_shown_with_its_main_client_and_keeps_it():
+    printed = []
+    table = UserTable(W, every_s=0, out=printed.append, tty=False)
+    crash = row("User:crash", 0.5, throttled=7) | {"client_id": "crash-app", "client_address": "10.0.0.5"}
+    table.update(1, {"metrics": pd.DataFrame([crash, row("User:steady", 95.0)]).assign(batch_id=1)})
+    lines = lines_of(printed[-1].strip())
+    assert lines["User:crash"].endswith("THROTTLED 18s  client.id crash-app at 10.0.0.5")
+    assert lines["User:steady"].rstrip().endswith("ok")
+    table.update(2, {"metrics": pd.DataFrame([row("User:crash", 0.5, throttled=8)]).assign(batch_id=2)})
+    assert lines_of(printed[-1].strip())["User:crash"].endswith("client.id crash-app at 10.0.0.5")

@@ -17,6 +17,7 @@ from redis.crc import key_slot
 
 from pidquota.conf.errors import ConfigError
 from pidquota.quota import PrincipalQuota, QuotaSettings
+from pidquota.quota.client import Client
 from pidquota.quota.user_state import UserState
 from pidquota.store.client import connect
 from pidquota.store.decisions import FENCED, MAX_USERS_PER_CALL, OK, DecisionStore, StatusClient
@@ -100,6 +101,21 @@ def test_status_is_in_event_time_and_agrees_with_the_enforcer(redis_client, quer
     pub(2, frames(row))
     s = StatusClient(redis_client).status("User:crash-loop")
     assert not s.throttled and s.line().endswith("not throttled (its latest event 2020-09-13T12:27:52.000Z)")
+
+
+def test_status_names_the_main_client_and_a_batch_of_known_pids_keeps_it(redis_client, query_id):
+    pub = publisher(redis_client, query_id, Quotas({"User:crash-loop": 100}))
+    q = PrincipalQuota(100, SETTINGS, OLD)
+    row, _ = enforce(q, "User:crash-loop", [OLD] * 101, range(101))
+    named = row | {"client_id": "123", "client_software": "librdkafka 2.6.1", "broker": "b1"}
+    pub(0, frames(named))
+    s = StatusClient(redis_client).status("User:crash-loop")
+    assert s.client == Client("123", software="librdkafka 2.6.1", broker="b1")  # "123" stays a string
+    assert "client_id" not in s.metrics
+    assert s.line().endswith("; client.id 123 (librdkafka 2.6.1) via broker b1")
+    row, _ = enforce(q, "User:crash-loop", [OLD + 1_000], [5])  # a known PID: no client in its row
+    pub(1, frames(row))
+    assert StatusClient(redis_client).status("User:crash-loop").client == s.client
 
 
 def all_hash_values(client) -> list[str]:

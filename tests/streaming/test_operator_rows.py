@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from pidquota.quota import ADMIT, THROTTLE, PrincipalQuota, QuotaSettings
+from pidquota.quota.client import Client
 from pidquota.streaming.columns import KIND_METRIC
-from pidquota.streaming.operator import _INDEX, _judged
+from pidquota.streaming.operator import _INDEX, _judged, decision_clients, unfold
 
 
 def test_a_batch_straddling_the_replay_end_counts_only_its_live_verdicts():
@@ -25,3 +27,44 @@ def test_a_batch_straddling_the_replay_end_counts_only_its_live_verdicts():
     assert got == {"events": 7, "admitted": 0, "throttled": 3, "passed": 4, "ignored": 0}
     whole = _judged("User:a", quota, decisions, len(ts), 0, False)
     assert (whole[_INDEX["admitted"]], whole[_INDEX["throttled"]]) == (2, 5)
+
+
+def test_the_decisions_carry_their_pids_clients_and_the_row_its_main_client():
+    """Two rows of one principal (two input partitions) name PID 2 differently: the least
+    identity wins, as the fold's rule; the metrics row names the most throttled client."""
+    crash, deploy, other = Client("crash"), Client("deploy", address="10.0.0.9"), Client("zzz")
+    pdf = pd.DataFrame(
+        {
+            "principal": ["User:a", "User:a"],
+            "timestamps": [[0, 1, 2], [3]],
+            "producer_ids": [[1, 2, 3], [4]],
+            "epochs": [[0, 0, 0], [0]],
+            "client_pids": [[1, 2, 3], [2, 4]],
+            "clients": [[deploy.joined(), other.joined(), crash.joined()], [crash.joined(), crash.joined()]],
+        }
+    )
+    ((principal, sightings),) = unfold(pdf).items()
+    assert sightings[3].to_dict() == {
+        1: deploy.joined(),
+        2: crash.joined(),
+        3: crash.joined(),
+        4: crash.joined(),
+    }
+    quota = PrincipalQuota(1, QuotaSettings(window_ms=60_000), 0)
+    decisions = quota.judge_batch(*sightings[:3])
+    chosen = decision_clients(decisions, sightings[3])
+    assert [Client.parse(c) for c in chosen] == [deploy, crash, crash, crash]
+    row = _judged(principal, quota, decisions, 4, 0, False, clients=sightings[3])
+    assert row[_INDEX["client_id"]] == "crash" and row[_INDEX["client_address"]] is None
+    assert row[_INDEX["d_client"]] == chosen
+
+
+def test_without_clients_the_decisions_name_none():
+    pdf = pd.DataFrame({"principal": ["User:a"], "timestamps": [[0]], "producer_ids": [[1]], "epochs": [[0]]})
+    pdf["client_pids"], pdf["clients"] = None, None
+    ((_, sightings),) = unfold(pdf).items()
+    assert sightings[3] is None
+    quota = PrincipalQuota(1, QuotaSettings(window_ms=60_000), 0)
+    decisions = quota.judge_batch(*sightings[:3])
+    row = _judged("User:a", quota, decisions, 1, 0, False)
+    assert row[_INDEX["d_client"]] == [None] and row[_INDEX["client_id"]] is None

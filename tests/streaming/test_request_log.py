@@ -7,6 +7,7 @@ import json
 import pyarrow as pa
 import pytest
 
+from pidquota.quota.client import Client
 from pidquota.streaming.request_log import (
     NOT_A_REQUEST,
     REFUSED,
@@ -14,7 +15,9 @@ from pidquota.streaming.request_log import (
     Options,
     RequestLogJudge,
     RequestLogScreen,
+    connection_ends,
     key_name,
+    software,
 )
 from pidquota.streaming.screen import FOLDED
 from pidquota.traffic import request_log as rl
@@ -66,7 +69,45 @@ def test_a_granted_init_of_every_version_is_an_event(version):
         "producer_epoch": 3,
         "client_id": "app-1",
         "transactional_id": "tx-1" if version % 2 else None,
-        "broker": None,
+        "client_address": "10.0.1.2",
+        "client_software": "apache-kafka-java 3.7.0",
+        "listener": "10.0.0.1:9093",
+        "broker": "10.0.0.1:9093",  # no shipper's host, no broker named for the file: the listener
+    }
+
+
+@pytest.mark.parametrize(
+    "connection, ends",
+    [
+        ("127.0.0.1:9092-10.0.0.5:55158-0", ("127.0.0.1:9092", "10.0.0.5")),
+        ("10.0.0.1:9093-10.0.1.7:50007-3-12", ("10.0.0.1:9093", "10.0.1.7")),
+        ("0:0:0:0:0:0:0:1:9092-0:0:0:0:0:0:0:1:41234-1", ("0:0:0:0:0:0:0:1:9092", "0:0:0:0:0:0:0:1")),
+        ("garbage", (None, None)),
+        (None, (None, None)),
+        (7, (None, None)),
+    ],
+)
+def test_the_client_address_is_the_remote_end_of_the_connection(connection, ends):
+    assert connection_ends(connection) == ends
+
+
+def test_the_software_is_name_and_version_and_unknown_is_nothing():
+    assert software({"softwareName": "librdkafka", "softwareVersion": "2.6.1"}) == "librdkafka 2.6.1"
+    assert software({"softwareName": "unknown", "softwareVersion": "unknown"}) is None
+    assert software("x") is None and software(None) is None
+
+
+def test_the_screen_folds_each_pid_with_its_client():
+    lines = [init(T0, pid=9, client="app-1"), init(T0 + 1, "User:alice", 10, client="app-2")]
+    screen = RequestLogScreen(FILES, 256, Options(), broker_of=lambda source: "broker-3")
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([x.encode() for x in lines], pa.binary()), pa.array(["file:///l"] * 2)], schema=FILES
+    )
+    (row,) = next(screen.screen(batch)).to_pylist()
+    clients = dict(zip(row["f_client_pids"], map(Client.parse, row["f_clients"]), strict=True))
+    assert clients == {
+        9: Client("app-1", None, "10.0.1.2", "apache-kafka-java 3.7.0", "broker-3"),
+        10: Client("app-2", None, "10.0.1.2", "apache-kafka-java 3.7.0", "broker-3"),
     }
 
 
@@ -153,7 +194,9 @@ def test_a_shippers_json_record_is_unwrapped(shipper):
     assert out.skipped == {"FETCH": 1, "METADATA": 1} and out.dead == []
     (event,) = out.events
     assert event["producer_id"] == 4000
-    assert event["broker"] == (None if shipper == "fluent-bit" else "broker-1")
+    assert event["broker"] == (
+        "10.0.0.1:9093" if shipper == "fluent-bit" else "broker-1"
+    )  # no host: listener
 
 
 def test_the_message_field_is_a_setting_and_a_wrong_one_is_named():

@@ -15,7 +15,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from pidquota.streaming.screen import LEAF_ROWS, Screen
+from pidquota.quota.client import Client
+from pidquota.streaming.screen import LEAF_ROWS, Screen, client_column
 
 LINES = pa.schema([("value", pa.binary()), ("source_file", pa.string())])
 KAFKA = pa.schema([("value", pa.binary()), ("kafka_topic", pa.string()), ("kafka_timestamp", pa.int64())])
@@ -93,6 +94,26 @@ def test_plain_events_are_certified_and_folded():
     assert unchecked == []
 
 
+def test_each_pid_is_folded_with_its_least_client():
+    """The fold lists each PID that names a client once, with the least of its identities:
+    any split of a batch into partitions then agrees (the operator takes the least again)."""
+    line = '{{"timestamp": 5, "principal": "User:a", "producer_id": {}, "client_id": "{}", "broker_id": {}}}'
+    lines = [line.format(7, "app", 2), line.format(7, "app", 1), line.format(8, "other", 3), PLAIN]
+    (out,) = [b for b in Screen(LINES, 256)([batch(lines)]) if b.num_rows]
+    (row,) = out.to_pylist()
+    assert sorted(zip(row["f_client_pids"], row["f_clients"], strict=True)) == [
+        (7, Client("app", broker="1").joined()),
+        (8, Client("other", broker="3").joined()),
+    ]
+    (row,) = next(Screen(LINES, 256)([batch([PLAIN])])).to_pylist()
+    assert row["f_client_pids"] is None and row["f_clients"] is None  # nothing named: no lists
+
+
+def test_a_separator_inside_a_field_never_shifts_the_columns():
+    table = pa.table({"client_id": ["a\x1fb", None], "broker_id": pa.array([1, None], pa.int32())})
+    assert client_column(table).to_pylist() == [Client("a b", broker="1").joined(), None]
+
+
 @pytest.mark.parametrize("trap", TRAPS)
 def test_every_trap_is_left_to_the_strict_parse(trap):
     """A trap among plenty of plain events: the plain ones stay certified, the trap is not."""
@@ -115,9 +136,10 @@ def test_kafka_record_time_stands_in_for_a_missing_timestamp():
 
 
 def _rows(spark, frame):
-    """Unfolded sightings and dead letters of a folded frame (``COMPACT_COLUMNS``)."""
+    """Unfolded sightings, dead letters and each PID's least client of a folded frame
+    (``COMPACT_COLUMNS``)."""
     pdf = frame.toPandas()
-    events, dead = Counter(), Counter()
+    events, dead, clients = Counter(), Counter(), {}
     for r in pdf.itertuples():
         if r.dead is not None:
             d = json.loads(r.dead)
@@ -126,16 +148,21 @@ def _rows(spark, frame):
             for p, t, e in zip(r.producer_ids, r.timestamps, r.epochs, strict=True):
                 events[(r.principal, int(p), int(t), int(e))] += 1
             assert r.max_ts == max(r.timestamps)
-    return events, dead
+            pids = r.client_pids if r.client_pids is not None else ()
+            for p, c in zip(pids, r.clients if r.clients is not None else (), strict=True):
+                key = (r.principal, int(p))
+                clients[key] = min(clients.get(key, c), c)
+    return events, dead, clients
 
 
 def _compare(spark, lines_df):
     from pidquota.streaming.query import screened, strict
 
-    fast_events, fast_dead = _rows(spark, screened(lines_df, 256))
-    slow_events, slow_dead = _rows(spark, strict(lines_df, 256))
+    fast_events, fast_dead, fast_clients = _rows(spark, screened(lines_df, 256))
+    slow_events, slow_dead, slow_clients = _rows(spark, strict(lines_df, 256))
     assert fast_events == slow_events
     assert fast_dead == slow_dead
+    assert fast_clients == slow_clients
     return fast_events, fast_dead
 
 
@@ -185,7 +212,7 @@ def test_spark_s_streaming_text_source_whose_columns_are_never_null_goes_through
         "value", F.col("_metadata.file_path").alias("source_file")
     )
     want_events, want_dead = _compare(spark, batch)
-    events, dead = _rows(spark, spark.table("screened_text"))
+    events, dead, _ = _rows(spark, spark.table("screened_text"))
     assert events == want_events and dead == want_dead
     assert sum(events.values()) > 2200 and sum(dead.values()) > 50
 

@@ -6,6 +6,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from pidquota.quota.client import Client
+from pidquota.streaming.columns import CLIENT_COLUMNS
 from pidquota.streaming.outputs.rows import output_rows
 from pidquota.streaming.schema import OPERATOR_COLUMNS, OPERATOR_SCHEMA, OUTPUT_SCHEMA
 
@@ -67,3 +69,24 @@ def test_chunks_rows_without_verdicts_and_output_rows_already():
     assert none.num_rows == 2 and none.schema == OUTPUT
     assert output_rows(out) is out  # no d_ arrays: already output rows
     assert output_rows(table()).num_rows == 0
+
+
+def test_each_decision_gets_its_pids_client_in_columns():
+    app, none = Client("app-1", None, "10.0.0.5", "librdkafka 2.6.1", "b1"), None
+    alice = ALICE | {"d_client": [app.joined(), none], "client_id": "app-1", "broker": "b1"}
+    rows = output_rows(table(alice, DEAD)).to_pylist()
+    assert {k: rows[0][k] for k in CLIENT_COLUMNS} == {
+        "client_id": "app-1",
+        "transactional_id": None,
+        "client_address": "10.0.0.5",
+        "client_software": "librdkafka 2.6.1",
+        "broker": "b1",
+    }
+    assert all(rows[1][k] is None for k in CLIENT_COLUMNS)  # its PID named no client
+    assert rows[2]["client_id"] == "app-1" and rows[2]["client_address"] is None  # the metric row's own
+    assert all(rows[3][k] is None for k in CLIENT_COLUMNS)
+
+
+def test_rows_without_clients_give_null_client_columns():
+    rows = output_rows(table(ALICE)).to_pylist()
+    assert [r["client_id"] for r in rows] == [None, None, None]

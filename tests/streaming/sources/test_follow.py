@@ -217,3 +217,49 @@ def test_a_lost_follow_ledger_is_named(logs):
     (logs.parent / "ck" / follow.LEDGER).unlink()
     with pytest.raises(CorruptStateError, match="rely on 1 lines"):
         follower(logs).advance(off)
+
+
+REQUEST_LINE = (
+    b'[2026-11-24 13:00:00,123] DEBUG Completed request:{"requestHeader":{"requestApiKey":1}} '
+    b"(kafka.request.logger)\n"
+)
+EVENT_LINE = b'{"timestamp": 1, "principal": "User:a", "producer_id": 7}\n'
+
+
+@pytest.mark.parametrize(
+    "name, body, named",
+    [
+        ("events.jsonl", EVENT_LINE * 3, "holds JSON events, not Kafka request-log lines"),
+        ("old.log.gz", b"\x1f\x8b\x08\x00" + bytes(40), "is gzip-compressed"),
+        ("core", b"\x00\x01\x02\n" * 4, "is not a text file"),
+    ],
+)
+def test_a_new_file_the_format_cannot_read_is_named_once_and_not_followed(logs, caplog, name, body, named):
+    """The request log is followed; a file of another kind arriving in its folder is named in
+    one warning and never read, and the live log goes on."""
+    live = logs / "kafka-request.log"
+    live.write_bytes(REQUEST_LINE)
+    f = follow.Follower(str(logs), logs.parent / "ck" / follow.LEDGER, Clock(), fmt="kafka-request-log")
+    off, got = step(f, follow.initial())
+    assert got == {"kafka-request.log": REQUEST_LINE}
+    (logs / name).write_bytes(body)
+    with live.open("ab") as w:
+        w.write(REQUEST_LINE)
+    with caplog.at_level(logging.WARNING, logger="pidquota.files"):
+        off, got = step(f, off)
+        off, again = step(f, off)
+    assert got == {"kafka-request.log": REQUEST_LINE} and again == {}
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert named in warning and name in warning and "not followed" in warning
+
+
+def test_a_new_file_is_judged_once_it_has_a_whole_line(logs):
+    f = follow.Follower(str(logs), logs.parent / "ck" / follow.LEDGER, Clock(), fmt="events")
+    new = logs / "events.jsonl"
+    new.write_bytes(EVENT_LINE[:10])  # a line being written: not judged, nothing read
+    off, got = step(f, follow.initial())
+    assert got == {}
+    with new.open("ab") as w:
+        w.write(EVENT_LINE[10:])
+    off, got = step(f, off)
+    assert got == {"events.jsonl": EVENT_LINE}

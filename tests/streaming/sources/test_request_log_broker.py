@@ -218,12 +218,28 @@ def test_the_real_request_log_followed_live_decides_as_the_clients_record(
     skipped = dict(zip(got["skipped"]["what"], got["skipped"]["count"], strict=True))
     assert skipped.get(REFUSED, 0) >= 1 and skipped["PRODUCE"] > 0
     assert got["dead-letters"].empty, got["dead-letters"].to_dict("records")
+    _each_decision_names_its_application(got["decisions"], broker)
 
     lines = broker.request_log_lines()
     if os.environ.get("PIDQUOTA_WRITE_CORPUS"):  # how the corpus was taken: one line per new shape
         _write_corpus(lines)
     known = {shape(line) for path in CORPUS for line in path.read_text().splitlines()}
     assert {shape(line) for line in lines} <= known, "a line shape the corpus lacks: PIDQUOTA_WRITE_CORPUS=1"
+
+
+def _each_decision_names_its_application(decisions, broker) -> None:
+    """The clients as they were started: client.id, software, address, transactional.id, and
+    the broker's listener (the followed file names no broker)."""
+    seen = decisions.groupby("principal")[["client_id", "client_software", "transactional_id"]].agg(set)
+    assert seen.loc["User:crash-loop", "client_id"] == {"crash-loop-app"}
+    assert {s.split()[0] for s in seen.loc["User:crash-loop", "client_software"]} == {"kafka-python"}
+    assert {s.split()[0] for s in seen.loc["User:per-batch", "client_software"]} == {"confluent-kafka-python"}
+    assert seen.loc["User:alice", "transactional_id"] == {"rl-orders"}
+    assert set(decisions["client_address"]) == {"127.0.0.1"}
+    node = broker.nodes[0]
+    assert set(decisions["broker"]) <= {f"127.0.0.1:{p}" for p in (node.port, node.sasl_port)}, set(
+        decisions["broker"]
+    )
 
 
 def _write_corpus(lines: list[str], kafka_version: str | None = None) -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pidquota.streaming.request_log import NOT_A_REQUEST, REFUSED
+from pidquota.streaming.request_log import REFUSED
 from pidquota.traffic import request_log as rl
 
 T0 = 1_767_225_600_000
@@ -72,11 +72,14 @@ def test_broker_logs_in_files_decide_as_the_json_events_of_their_inits(make_enfo
     assert dead["source"].str.endswith("broker-2/kafka-request.log").all()
 
 
-def test_a_json_event_file_read_as_a_request_log_is_counted_not_decided(make_enforcer, tmp_path):
+def test_a_json_event_file_read_as_a_request_log_is_named_and_not_read(make_enforcer, tmp_path, capfd):
+    """A file of JSON events arriving in a request-log input is sniffed (sources/sniff.py):
+    one warning naming it and the flag, nothing read, nothing decided, the stream goes on."""
     runner = make_enforcer(tmp_path, QUOTAS, **FORMAT)
     out = runner.run(_events(_inits()))
-    assert out["decisions"].empty and out["dead-letters"].empty
-    assert dict(zip(out["skipped"]["what"], out["skipped"]["count"], strict=True)) == {NOT_A_REQUEST: 67}
+    assert out["decisions"].empty and out["dead-letters"].empty and out["skipped"].empty
+    err = capfd.readouterr().err
+    assert "000-events.jsonl holds JSON events, not Kafka request-log lines: drop --input-format" in err
 
 
 @pytest.mark.parametrize("shape", ["raw", "filebeat"])
@@ -95,3 +98,26 @@ def test_a_shippers_topic_decides_as_the_json_events(kafka, make_enforcer, tmp_p
     got = runner.run_kafka(f"kafka://{kafka.bootstrap}/{topic}")
     assert _decided(got["decisions"]) == _decided(expected["decisions"])
     assert got["dead-letters"].empty
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("fmt", ["events", "kafka-request-log"])
+def test_a_topic_in_the_other_format_stops_the_run_in_one_line(kafka, tmp_path, fmt):
+    """Forgetting --input-format on a topic (or giving it to a topic of events) stops the run
+    at its first batch, in one line naming the flag; no dead letter is written."""
+    from harness.cli import run_cli
+
+    topic = f"wrong-format-{fmt}"
+    lines = _log(_inits(), broken=False) if fmt == "events" else [json.dumps(e) for e in _events(_inits())]
+    kafka.produce(topic, lines, partitions=1)
+    r = run_cli(
+        *("run", "--input", f"kafka://{kafka.bootstrap}/{topic}", "--once", "--input-format", fmt),
+        *("--output", str(tmp_path / "out")),
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2, r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    fix = "add --input-format kafka-request-log" if fmt == "events" else "is --input-format right?"
+    assert last.startswith("pidquota: error: ") and fix in last and topic in last, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "StreamingQueryException" not in r.stderr
+    assert not list((tmp_path / "out" / "dead-letters").glob("*.jsonl"))

@@ -11,6 +11,7 @@ import pytest
 
 from pidquota.cli.main import main
 from pidquota.conf.errors import InputError
+from pidquota.streaming.sources import sniff
 from pidquota.streaming.sources.sniff import HEAD, check_files, kind_of
 
 EVENT = json.dumps({"timestamp": 1, "principal": "User:a", "producer_id": 7})
@@ -114,3 +115,35 @@ def test_run_and_recommend_stop_before_spark_and_the_right_flag_goes_on(tmp_path
 def test_a_few_bad_lines_among_events_are_the_screens_to_name_not_a_binary_file():
     head = (EVENT + "\n").encode() * 4 + b"\x00\x01 torn\n" + b"\xff not utf-8\n"
     assert kind_of(head) == "events"
+
+
+# -- a running query's first records (FormatGuard) ----------------------------------------------
+
+RL = '[2026-11-24 13:00:00,123] DEBUG Completed request:{"requestHeader":{"requestApiKey":1}} (kafka.request.logger)'
+
+
+def test_the_guard_stops_request_log_records_read_as_events():
+    guard = sniff.FormatGuard("events", "Kafka input 'kafka://b:9092/logs'")
+    with pytest.raises(InputError) as err:
+        guard.add([RL] * 30, records=30)
+    assert str(err.value) == (
+        "30 of the first 30 records of Kafka input 'kafka://b:9092/logs' hold Kafka request-log lines, not JSON "
+        "events: add --input-format kafka-request-log; the run stops here, and nothing of them was written"
+    )
+
+
+def test_the_guard_stops_a_request_log_run_that_finds_no_request_line():
+    guard = sniff.FormatGuard("kafka-request-log", "Kafka input 'kafka://b:9092/events'")
+    with pytest.raises(InputError, match="are not Kafka request-log lines: is --input-format right"):
+        guard.add([], records=50, not_requests=50, events=0)
+
+
+def test_the_guard_lets_a_few_bad_records_among_good_ones_through_and_stops_watching():
+    guard = sniff.FormatGuard("events", "x")
+    guard.add([RL] * 19, records=19)  # fewer than MIN_LINES so far
+    guard.add(["{not json"] * 5, records=500)  # most records are good events
+    guard.add([RL] * 100, records=600)  # past WATCH records: no longer watched
+    assert not guard.watching
+    mixed = sniff.FormatGuard("kafka-request-log", "x")
+    mixed.add([], records=100, not_requests=90, events=10)  # a real log with noise: events found
+    assert mixed.watching and mixed.other == 0
