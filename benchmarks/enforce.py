@@ -272,7 +272,7 @@ def phase(load: Load, seconds: float) -> tuple[float, float, Counter]:
 def measure(cluster: Cluster, name: str, mechanism: Mechanism | None, seconds: float, log: Path) -> dict:
     options = {"kafka.bootstrap.servers": cluster.bootstrap}
     controls = Controls(options)
-    journal = Journal(options, f"bench-journal-{name}")
+    journal = Journal(options, "bench-journal-" + re.sub(r"[^A-Za-z0-9._-]", "-", name))
     journal.ensure()
     load = Load(cluster).start()
     time.sleep(5)  # the clients connect

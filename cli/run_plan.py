@@ -110,8 +110,14 @@ def actuator_shown(config, act) -> str:
     if act is None:
         return ""
     mechanism = config["pidquota.actuator.mechanism"]
-    if mechanism == "request-quota":
-        mechanism += f" (request_percentage {config['pidquota.actuator.request.percentage']:g})"
+    if mechanism.startswith("request-quota"):
+        parts = [f"request_percentage {config['pidquota.actuator.request.percentage']:g}"]
+        if mechanism != "request-quota" and config["pidquota.input.format"] == "kafka-request-log":
+            rate = config["pidquota.actuator.connection.rate"]
+            parts.append(f"connection_creation_rate {rate:g} on each client address a user has to itself")
+        elif mechanism != "request-quota":
+            parts.append("no connection rate: only the request log names the clients' addresses")
+        mechanism += f" ({'; '.join(parts)})"
     hold = config["pidquota.actuator.hold.ms"] / 1000
     how = "DRY RUN: " if act.dry_run else ""
     where = "" if act.dry_run else f" on {act.options['kafka.bootstrap.servers']}"

@@ -1,0 +1,184 @@
+"""How fast the actuator acts and lets go, and what each action costs the cluster, on
+Apache Kafka itself.
+
+    python benchmarks/actuation.py [--users 8] [--loop 8] [--hold 5]
+
+Starts a fresh one-node broker (scripts/kafka_broker.py: SASL/PLAIN, the request log at
+DEBUG) and ``pidquota run --follow`` on its request log with the actuator on
+(``request-quota``), W = 60 s, every user's ``producer_ids_rate`` 5, a hold of ``--hold``
+seconds and a trigger every second. Then, one user after another, a kafka-python crash loop
+(a new producer per record) runs for ``--loop`` seconds and stops.
+
+Per user, from the run's own outputs and the broker's request log:
+
+- **act**: from the first THROTTLE decision's event time (the time the broker logged the
+  init that went over the quota) to the ``apply`` action (wall clock, same machine);
+- **undo**: from the throttle's end (the last THROTTLE decision's event time plus its
+  ``throttle_time_ms``: when the bucket admits a new PID again) to the ``undo`` action,
+  which includes the hold;
+- **cost**: the requests the actuator's clients (client id ``pidquota``) sent the broker
+  over the whole run, by API, per action; and whether they reached the controller (the
+  broker forwards ALTER_CLIENT_QUOTAS to the KRaft controller, which writes it to the
+  metadata log: ``ENVELOPE`` lines, or ``isForwarded``).
+
+Prints p50 and p99 of act and undo, and the requests per action.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # scripts.*
+
+from pidquota.streaming.outputs.reader import read_output  # noqa: E402
+from scripts.kafka_broker import Cluster  # noqa: E402
+
+QUOTA = 5  # new PIDs per W
+WINDOW_S = 60
+
+
+def crash_loop(cluster: Cluster, user: str, seconds: float) -> int:
+    """A kafka-python crash loop as ``user`` for ``seconds``: a new producer per record."""
+    from kafka import KafkaProducer
+
+    n, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        p = KafkaProducer(
+            bootstrap_servers=cluster.sasl_bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="PLAIN",
+            sasl_plain_username=user,
+            sasl_plain_password=cluster.users[user],
+            enable_idempotence=True,
+            client_id=f"{user}-app",
+            max_block_ms=5000,
+        )
+        try:
+            p.send("bench", b"x").get(timeout=10)
+            n += 1
+        except Exception:  # a throttled client goes on, as a crash loop does
+            pass
+        finally:
+            p.close(timeout=1)
+    return n
+
+
+def _requests(log: Path) -> tuple[Counter, Counter]:
+    """The requests from client id ``pidquota`` by API name, as the broker received them, and
+    as the controller received them forwarded (a combined node logs both)."""
+    by_api, forwarded = Counter(), Counter()
+    for line in log.read_text(errors="replace").splitlines():
+        start = line.find("Completed request:")
+        if start < 0:
+            continue
+        try:
+            body = json.loads(line[start + len("Completed request:") : line.rindex("}") + 1])
+        except ValueError:
+            continue
+        header = body.get("requestHeader") or {}
+        if header.get("clientId") == "pidquota":
+            (forwarded if body.get("isForwarded") else by_api)[header.get("requestApiKeyName")] += 1
+    return by_api, forwarded
+
+
+def _timings(out: Path, users: list[str]) -> tuple[list[float], list[float]]:
+    decisions, actions = read_output(out, "decisions"), read_output(out, "actions")
+    act, undo = [], []
+    for user in users:
+        mine = decisions[(decisions.principal == f"User:{user}") & (decisions.verdict == "THROTTLE")]
+        done = actions[actions.principal == f"User:{user}"]
+        applied, undone = done[done.action == "apply"], done[done.action == "undo"]
+        if mine.empty or applied.empty:
+            print(f"  {user}: throttled {len(mine)}, applied {len(applied)}: not measured", flush=True)
+            continue
+        act.append((applied.at_ms.min() - mine.timestamp.min()) / 1000)
+        last = mine.sort_values("timestamp").iloc[-1]
+        if not undone.empty:
+            undo.append((undone.at_ms.min() - (last.timestamp + last.throttle_time_ms)) / 1000)
+    return act, undo
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--users", type=int, default=8, help="crash-looping users, one after another (8)")
+    parser.add_argument("--loop", type=float, default=8.0, help="seconds each crash loop runs (8)")
+    parser.add_argument("--hold", type=float, default=5.0, help="pidquota.actuator.hold.ms, in seconds (5)")
+    args = parser.parse_args()
+    users = [f"loop{i}" for i in range(args.users)]
+    with tempfile.TemporaryDirectory(prefix="pidquota-actuation-") as tmp:
+        tmp = Path(tmp)
+        cluster = Cluster(
+            tmp / "kafka", size=1, users={u: f"{u}-secret" for u in ("admin", "steady", *users)}
+        )
+        cluster.start()
+        proc = None
+        try:
+            from kafka.admin import NewTopic
+
+            from pidquota.store.kafka import admin
+
+            a = admin({"kafka.bootstrap.servers": cluster.bootstrap})
+            a.create_topics([NewTopic("bench", 1, 1)])
+            a.close()
+            quotas = tmp / "quotas.json"
+            quotas.write_text(json.dumps({"users": {"<default>": {"producer_ids_rate": QUOTA}}}))
+            out = tmp / "out"
+            cmd = [
+                sys.executable, "-m", "pidquota", "run", "--input", str(cluster.nodes[0].logs),
+                "--input-format", "kafka-request-log", "--follow", "--output", str(out),
+                "--quotas", str(quotas), "--set", f"producer.id.quota.window.size.seconds={WINDOW_S}",
+                "--set", "pidquota.trigger.interval.ms=1000", "--set", "pidquota.actuator=on",
+                "--set", f"pidquota.actuator.bootstrap={cluster.bootstrap}",
+                "--set", f"pidquota.actuator.hold.ms={int(args.hold * 1000)}",
+            ]  # fmt: skip
+            log = open(tmp / "run.log", "w")  # noqa: SIM115
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            deadline = time.monotonic() + 180
+            while not list((out / "metrics").glob("*.jsonl")) and time.monotonic() < deadline:
+                crash_loop(cluster, "steady", 1)  # something to decide, so the first batch comes
+                time.sleep(1)
+            for user in users:
+                n = crash_loop(cluster, user, args.loop)
+                print(f"  {user}: {n} records from as many producers", flush=True)
+            time.sleep(WINDOW_S / QUOTA * 2 + args.hold + 10)  # every throttle ends, every hold passes
+        finally:
+            if proc is not None:
+                os.killpg(proc.pid, signal.SIGINT)  # the run's end lifts what is still held
+                proc.wait(120)
+            act, undo = _timings(tmp / "out", users)
+            by_api, forwarded = _requests(cluster.nodes[0].request_log)
+            actions = read_output(tmp / "out", "actions")
+            cluster.stop()
+    counted = Counter(actions.action)
+    changes = counted["apply"] + counted["undo"]
+    pct = lambda xs, q: float(np.percentile(xs, q)) if xs else float("nan")  # noqa: E731
+    print(
+        f"act:  first over-quota init -> apply, {len(act)} users: p50 {pct(act, 50):.1f} s, p99 {pct(act, 99):.1f} s"
+    )
+    print(
+        f"undo: throttle end -> undo (hold {args.hold:g} s), {len(undo)} users: "
+        f"p50 {pct(undo, 50):.1f} s, p99 {pct(undo, 99):.1f} s"
+    )
+    print(f"actions: {dict(counted)}; quota changes (apply + undo): {changes}")
+    per = {api: round(n / max(changes, 1), 1) for api, n in by_api.most_common()}
+    print(f"requests from the actuator's clients per change, by API: {per}")
+    fwd = {api: round(n / max(changes, 1), 1) for api, n in forwarded.most_common()}
+    print(f"of them forwarded to the KRaft controller, per change: {fwd}")
+
+
+if __name__ == "__main__":
+    main()
