@@ -99,13 +99,14 @@ class Actuator:
         ``shared``: addresses now seen from another principal too, whose controls are undone."""
         now = self._now()
         rows = self._unshare(shared, now) if shared else []
-        for principal, seen in (addresses or {}).items():
-            known = self.addresses.get(principal, ())
-            self.addresses[principal] = (*known, *(a for a in seen if a not in known and a not in shared))
+        for principal, seen in (addresses or {}).items():  # its newest own addresses now
+            self.addresses[principal] = tuple(a for a in seen if a not in shared)
         todo = plan(throttled, self.acted, now, self.rails)
         rows += [Action(now, p, "skipped", self.mechanism.name, note=why) for p, why in todo.skipped.items()]
         for principal in todo.undo:
             rows += self._release(principal, now)
+        for principal in set(self.addresses) - set(self.acted) - set(todo.apply):
+            del self.addresses[principal]  # throttled but skipped (allow-list, capped): nothing held
         for principal, until in todo.apply.items():
             rows += self._act(principal, until, now)
         for principal, until in todo.extend.items():
@@ -115,8 +116,17 @@ class Actuator:
                 rows += self._act(principal, self.acted[principal], now, missing_only=True)
         return rows
 
+    def held_addresses(self) -> dict[str, str]:
+        """The addresses pidquota holds a control on now, with the principal it is for."""
+        return {
+            c.entity: e.principal
+            for c, e in self.entries.items()
+            if isinstance(c, QuotaKey) and c.entity_type == "ip"
+        }
+
     def _unshare(self, shared, now: int) -> list[Action]:
-        """Undo the address controls of addresses another principal turned out to use too."""
+        """Undo the address controls of addresses another principal turned out to use too (an
+        undo that fails is kept, and ``shared`` names it again at the next batch)."""
         for principal, known in list(self.addresses.items()):
             self.addresses[principal] = tuple(a for a in known if a not in shared)
         ip = [e for c, e in self.entries.items() if isinstance(c, QuotaKey) and c.entity_type == "ip"]

@@ -6,7 +6,8 @@ Fed each batch's decisions as ``(principal, address, throttled)``; pure and cloc
 An address seen from two principals is **shared** for good (behind NAT, a proxy, a shared
 host). A principal's addresses are those of its THROTTLE decisions, the newest
 ``per_principal`` of them. At most ``max_addresses`` addresses are remembered, the least
-recently seen forgotten first.
+recently seen forgotten first, except the addresses pidquota holds a control on
+(``held``); at a restart the journal's addresses are known again (:meth:`own`).
 
 Worked example: batch 1 has ``(User:crash, 10.0.0.5, True)`` and ``(User:steady, 10.0.0.7,
 False)``: ``exclusive("User:crash")`` is ``("10.0.0.5",)``. Batch 2 has ``(User:steady,
@@ -29,6 +30,16 @@ class AddressBook:
         self.per_principal, self.max_addresses = per_principal, max_addresses
         self.owner: dict[str, str] = {}  # address -> its one principal, or _SHARED
         self.recent: dict[str, list[str]] = {}  # principal -> its throttled addresses, newest last
+        self.held: set[str] = set()  # addresses with a control on them now: never forgotten
+
+    def own(self, address: str, principal: str) -> None:
+        """An address pidquota holds a control on for ``principal`` (from the journal, at a
+        restart): known as that principal's until another principal turns up there."""
+        if address not in self.owner:
+            self.owner[address] = principal
+
+    def shared(self, address: str) -> bool:
+        return self.owner.get(address) == _SHARED
 
     def add(self, seen: Iterable[tuple[str, str | None, bool]]) -> set[str]:
         """One batch's decisions; returns the addresses that became shared."""
@@ -44,8 +55,10 @@ class AddressBook:
             if throttled:
                 mine = [a for a in self.recent.get(principal, []) if a != address] + [address]
                 self.recent[principal] = mine[-self.per_principal :]
-        while len(self.owner) > self.max_addresses:
-            del self.owner[next(iter(self.owner))]
+        if len(self.owner) > self.max_addresses:
+            spare = [a for a in self.owner if a not in self.held][: len(self.owner) - self.max_addresses]
+            for address in spare:  # the least recently seen, never one pidquota holds a control on
+                del self.owner[address]
         return shared
 
     def exclusive(self, principal: str) -> tuple[str, ...]:

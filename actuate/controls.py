@@ -16,10 +16,13 @@ on a cluster where nobody set it; after ``controls.write(key, 1.0)`` it is 1.0, 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from pidquota.conf.errors import PidquotaError
 from pidquota.store import kafka as kafka_store
+
+SEEN_WITHIN_S = 2.0  # how long a write waits for a read to show it (metadata propagation)
 
 
 class ControlError(PidquotaError):
@@ -105,6 +108,17 @@ class Controls:
             self._create_acl(control)
         else:
             self._delete_acl(control)
+        self._until_seen(control, value)
+
+    def _until_seen(self, control: Control, value) -> None:
+        """Wait (at most ``SEEN_WITHIN_S``) until a read shows the change: Kafka answers once
+        the controller has the record, and the broker that answers a read may apply it a few
+        ms later. So a read after a write sees the write (the actuator's undo and a restart's
+        reconcile compare what they read with what was written)."""
+        want = value if isinstance(control, QuotaKey) else bool(value)
+        deadline = time.monotonic() + SEEN_WITHIN_S
+        while not same_value(self.read(control), want) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     # -- quotas ------------------------------------------------------------------------
     def _send(self, request, what: str):

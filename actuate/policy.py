@@ -8,7 +8,10 @@ throttled to the wall-clock ms its throttle ends (the batch's time plus the user
 
 Rails: a principal on the ``allow`` list is never acted on (the brokers' own principal,
 admins); at most ``cap`` principals are acted on at once, the others are reported
-``capped`` and tried again at the next batch.
+``capped`` and tried again at the next batch. Only a ``User:`` principal is a Kafka user
+that quotas and ACLs can name: another (``Topic:orders``, the log audit's name for a
+topic's PIDs when no owner is known) is reported ``skipped`` once, never sent to the
+cluster.
 
 Worked example: hold 60 s, cap 2. At t=0 ``User:a`` is throttled until t=5 s and
 ``User:b`` until t=2 s: both are applied, ``a`` until 65 s and ``b`` until 62 s. At t=10 s
@@ -20,6 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+USER = "User:"
+NOT_A_USER = (
+    "not a Kafka user: no quota or ACL can name it (a topic's PIDs without a known owner: "
+    "give the topic an owner in pidquota.audit.owners)"
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,8 @@ def plan(throttled: Mapping[str, int], acted: Mapping[str, int], now_ms: int, ra
             continue
         if principal in rails.allow:
             out.skipped[principal] = "allow-list"
+        elif not principal.startswith(USER):
+            out.skipped[principal] = NOT_A_USER
         elif end <= now_ms:
             continue
         elif room <= 0:

@@ -132,7 +132,10 @@ class BatchActuator:
         if self.dry_run:
             return []
         self.actuator.journal.ensure()
-        return self._said(self.actuator.reconcile())
+        rows = self.actuator.reconcile()
+        for address, principal in self.actuator.held_addresses().items():
+            self.book.own(address, principal)  # a restart knows the addresses it holds again
+        return self._said(rows)
 
     def __call__(
         self, metrics_rows: Iterable[Mapping], addresses: Iterable[tuple[str, str | None, bool]] = ()
@@ -140,9 +143,14 @@ class BatchActuator:
         """One batch: its metrics rows that may be throttled, and its decisions' ``(principal,
         client address, throttled)`` (:class:`AddressBook`)."""
         now = int(self.clock() * 1000)
-        shared = self.book.add(addresses)
         throttled = throttled_until(metrics_rows, self.window_ms, now)
-        mine = {p: self.book.exclusive(p) for p in throttled} if self.by_address else {}
+        if not self.by_address:
+            return self._said(self.actuator(throttled))
+        held = self.actuator.held_addresses()
+        self.book.held = set(held)
+        self.book.add(addresses)
+        shared = {a for a in held if self.book.shared(a)}  # new, or an undo that failed before
+        mine = {p: self.book.exclusive(p) for p in throttled}
         return self._said(self.actuator(throttled, mine, shared))
 
     def stop(self) -> list[Action]:

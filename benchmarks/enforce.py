@@ -35,6 +35,9 @@ and WRITE on the topic ``hardcode``: see docs/enforcing.md); ``connection-rate``
 (pidquota's mechanism of that name: the quota, and the connection rate on each address the
 offender has to itself, found as a run finds it, from the request log's inits before: here
 127.0.0.2 alone).
+
+``--strict-acls``: the cluster grants nothing by default (``allow.everyone.if.no.acl.found=false``)
+and each user has ALLOW ACLs for WRITE on its topics and IDEMPOTENT_WRITE on the cluster.
 """
 
 from __future__ import annotations
@@ -325,16 +328,35 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _grant(cluster: Cluster) -> None:
+    """What a cluster that grants every user explicitly gives the two users: WRITE on their
+    topics and IDEMPOTENT_WRITE on the cluster (ALLOW ACLs, as kafka-acls.sh would add)."""
+    controls = Controls({"kafka.bootstrap.servers": cluster.bootstrap})
+    try:
+        for user in (OFFENDER, STEADY):
+            for topic in ("bench", "small"):
+                controls.write(AclBinding(f"User:{user}", "WRITE", "ALLOW", "TOPIC", topic), True)
+            controls.write(AclBinding(f"User:{user}", "IDEMPOTENT_WRITE", "ALLOW", "CLUSTER", CLUSTER), True)
+    finally:
+        controls.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--phase", type=float, default=30.0, help="seconds before, and during (30)")
     parser.add_argument("--mechanisms", default=",".join(mechanisms()), help="comma-separated")
+    parser.add_argument(
+        "--strict-acls",
+        action="store_true",
+        help="allow.everyone.if.no.acl.found=false, each user granted its writes explicitly",
+    )
     args = parser.parse_args()
     chosen = {n: mechanisms()[n] for n in args.mechanisms.split(",")}
     with tempfile.TemporaryDirectory(prefix="pidquota-enforce-") as tmp:
-        cluster = Cluster(Path(tmp), size=1)
+        extra = {"allow.everyone.if.no.acl.found": "false"} if args.strict_acls else None
+        cluster = Cluster(Path(tmp), size=1, extra=extra)
         cluster.start()
         try:
             from kafka.admin import NewTopic
@@ -349,6 +371,8 @@ def main() -> None:
                 ]
             )
             a.close()
+            if args.strict_acls:
+                _grant(cluster)
             log = cluster.nodes[0].request_log
             results = []
             for name, mechanism in chosen.items():

@@ -69,8 +69,9 @@ OTHERS = {
 }  # fmt: skip
 
 
-def write_input(folder: Path, n: int, files: int, flood: bool, seed: int = 7) -> None:
-    """``n`` events over 2 hours from 500 principals, sorted by time, in ``files`` files."""
+def write_input(folder: Path, n: int, files: int, flood: bool, seed: int = 7, clients: bool = False) -> None:
+    """``n`` events over 2 hours from 500 principals, sorted by time, in ``files`` files; with
+    ``clients``, each event names its client (4 client.ids per principal) and broker (6)."""
     rng = np.random.default_rng(seed)
     ts = np.sort(rng.integers(1_767_225_600_000, 1_767_225_600_000 + 2 * 3_600_000, n))
     principal = rng.integers(0, 500, n)
@@ -84,12 +85,10 @@ def write_input(folder: Path, n: int, files: int, flood: bool, seed: int = 7) ->
     for k, idx in enumerate(np.array_split(np.arange(n), files)):
         with open(folder / f"part-{k:03d}.jsonl", "w") as f:
             for t, p, q in zip(ts[idx].tolist(), principal[idx].tolist(), pid[idx].tolist(), strict=True):
-                f.write(
-                    json.dumps(
-                        {"timestamp": t, "principal": f"User:u{p}", "producer_id": q, "producer_epoch": 0}
-                    )
-                    + "\n"
-                )
+                event = {"timestamp": t, "principal": f"User:u{p}", "producer_id": q, "producer_epoch": 0}
+                if clients:
+                    event.update(client_id=f"app-{p}-{q % 4}", broker_id=q % 6)
+                f.write(json.dumps(event) + "\n")
 
 
 def native(lines, config):
@@ -213,6 +212,43 @@ def report(name: str, n: int, res: dict) -> dict[str, float]:
     return rate
 
 
+def clients_cost(n: int, files: int) -> None:
+    """The enforcer and the native anchor on the flood, its events without and with their
+    client (client_id, broker_id: what the decisions then carry), side by side, twice."""
+    from pidquota.streaming.session import spark_session
+
+    config = load()
+    quotas = StaticQuotas({"<default>": 100})
+    spark = spark_session(config)
+    work = Path(tempfile.mkdtemp(prefix="pidquota-bench-"))
+    chosen = {k: v for k, v in stages(config, quotas).items() if k in ("native", "enforcer")}
+    try:
+        warm = work / "warmup"
+        write_input(warm, 20_000, 2, flood=True, clients=True)
+        for name, stage in chosen.items():
+            run_stage(spark, config, name, stage, warm, work)
+        rates: dict[str, list[float]] = {}
+        for named in (False, True):
+            write_input(work / f"flood-{named}", n, files, flood=True, clients=named)
+        for round_ in range(2):
+            for named in (False, True):
+                folder = work / f"flood-{named}"
+                for name, stage in chosen.items():
+                    r = run_stage(spark, config, name, stage, folder, work / f"r{round_}")
+                    rates.setdefault(f"{name}, clients {named}", []).append(n / r["secs"])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        spark.stop()
+    for key, values in rates.items():
+        print(f"  {key:<24} " + ", ".join(f"{v:,.0f}" for v in values) + " events/s")
+    best = {k: max(v) for k, v in rates.items()}
+    print(
+        f"  enforcer / native, no clients: {best['enforcer, clients False'] / best['native, clients False']:.2f}; "
+        f"with clients: {best['enforcer, clients True'] / best['native, clients True']:.2f}; "
+        f"enforcer with / without: {best['enforcer, clients True'] / best['enforcer, clients False']:.2f}"
+    )
+
+
 def core_flood(n: int) -> float:
     """The quota core alone on a flood (one principal, R = 100 per hour): sightings/s, one core."""
     ts, pids, epochs = core.flood(n)
@@ -298,7 +334,15 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--files", type=int, default=10, help="files = micro-batches (maxFilesPerTrigger 1)")
     ap.add_argument("--all", action="store_true", help="also run the Kafka, latency and 1M-principal rows")
+    ap.add_argument(
+        "--clients",
+        action="store_true",
+        help="only what naming the client costs: the flood with and without client_id and broker_id",
+    )
     args = ap.parse_args()
+    if args.clients:
+        clients_cost(args.events, args.files)
+        return
     from pidquota.streaming.session import spark_session
 
     config = load()  # PIDQUOTA_* environment variables apply, e.g. PIDQUOTA_SPARK_SHUFFLE_PARTITIONS=2

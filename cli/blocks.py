@@ -11,11 +11,17 @@ from pidquota.cli.common import add_config_flags, load_settings
 from pidquota.traffic.blocks import BlockStore, FileBlockStore, RedisBlockStore
 
 
+OLD_BLOCKS = "pidquota-blocks.json"  # the default before 2026-11-27: in the working folder
+
+
 def default_blocks() -> str:
     """The block store's file: the user's state folder (``$XDG_STATE_HOME``, else
     ``~/.local/state``), so PIDs never repeat across runs of ``generate`` from any folder,
-    and none of them leaves a file in the folder it ran in."""
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    and none of them leaves a file in the folder it ran in. A store an earlier pidquota left
+    in the working folder is still used, so its PIDs are not handed out again."""
+    if Path(OLD_BLOCKS).is_file():
+        return OLD_BLOCKS
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return str(Path(state) / "pidquota" / "pid-blocks.json")
 
 

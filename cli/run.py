@@ -207,7 +207,7 @@ def _wrong_format(error: BaseException) -> InputError | None:
     """The sink's format guard stopped the query (``sniff.FormatGuard``): its line alone."""
     text = str(getattr(error, "desc", None) or error)
     found = re.search(
-        r"pidquota\.conf\.errors\.InputError: (.+ the run stops here, and nothing of them was written)", text
+        r"pidquota\.conf\.errors\.InputError: (.+ the run stops here, and this batch is not written)", text
     )
     return InputError(found.group(1)) if found else None
 

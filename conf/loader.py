@@ -99,8 +99,9 @@ def coerce(setting: Setting, raw: Any, origin: str) -> Any:
     too_high = setting.max is not None and value > setting.max
     bad_choice = setting.choices is not None and value not in setting.choices
     if too_low or too_high or bad_choice:
+        what = "is not one of the choices" if bad_choice else "is out of range"
         raise ConfigError(
-            f"{setting.name} = {shown} (from {origin}) is out of range; expected "
+            f"{setting.name} = {shown} (from {origin}) {what}; expected "
             f"{setting.range_text()} (default {setting.default!r})"
         )
     problem = setting.check(value) if setting.check else None

@@ -85,7 +85,7 @@ def dead_letters(pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
 def unfold(pdf: pd.DataFrame) -> dict[str, tuple]:
     """Rows of (principal, arrays of sightings) (streaming/compact.py, streaming/screen.py)
     back to one entry per sighting, per principal: timestamps, producer ids, epochs, and
-    its PIDs' clients (a Series of joined identities by PID, or None: no client named)."""
+    its PIDs' clients (sorted PIDs and their joined identities, or None: no client named)."""
     lengths = pdf["timestamps"].map(len).to_numpy(dtype=np.int64)
     ts = np.concatenate(pdf["timestamps"].to_list()).astype(np.int64, copy=False)
     epochs = np.concatenate(pdf["epochs"].to_list()).astype(np.int64, copy=False)
@@ -105,9 +105,10 @@ def unfold(pdf: pd.DataFrame) -> dict[str, tuple]:
     return out
 
 
-def _clients(pdf: pd.DataFrame, codes: np.ndarray, names) -> dict[str, pd.Series]:
-    """Per principal, its PIDs' clients: the least identity a PID has in any row (the same
-    rule as the fold's, so the split into partitions never changes the answer)."""
+def _clients(pdf: pd.DataFrame, codes: np.ndarray, names) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per principal, its PIDs' clients as (sorted PIDs, their identities): the least identity
+    a PID has in any row (the fold's rule, so the split into partitions never changes the
+    answer). One sort for the whole group, then a slice per principal."""
     if "clients" not in pdf.columns:
         return {}
     named = pdf["clients"].notna().to_numpy()
@@ -121,17 +122,25 @@ def _clients(pdf: pd.DataFrame, codes: np.ndarray, names) -> dict[str, pd.Series
             "pid": np.concatenate(rows["client_pids"].to_list()).astype(np.int64, copy=False),
             "client": np.concatenate(rows["clients"].to_list()),
         }
-    )
-    least = table.groupby(["owner", "pid"], sort=False)["client"].min()
-    return {names[owner]: per.droplevel(0) for owner, per in least.groupby(level=0, sort=False)}
+    ).sort_values(["owner", "pid", "client"], kind="stable")
+    table = table[~table.duplicated(["owner", "pid"])]  # the least identity of each PID
+    owners = table["owner"].to_numpy()
+    pids, clients = table["pid"].to_numpy(np.int64), table["client"].to_numpy(object)
+    bounds = np.searchsorted(owners, np.arange(len(names) + 1))
+    return {
+        names[k]: (pids[b:e], clients[b:e])
+        for k, (b, e) in enumerate(zip(bounds[:-1], bounds[1:], strict=True))
+        if e > b
+    }
 
 
-def decision_clients(decisions: Decisions, clients: pd.Series | None) -> list:
+def decision_clients(decisions: Decisions, clients: tuple[np.ndarray, np.ndarray] | None) -> list:
     """Each verdict's client identity (None where its PID named none)."""
     if clients is None or not len(decisions):
         return [None] * len(decisions)
-    found = clients.reindex(decisions.producer_id)
-    return [c if isinstance(c, str) else None for c in found.tolist()]
+    pids, names = clients
+    at = np.minimum(np.searchsorted(pids, decisions.producer_id), len(pids) - 1)
+    return np.where(pids[at] == decisions.producer_id, names[at], None).tolist()
 
 
 def main_client(decisions: Decisions, clients: list) -> dict:
@@ -178,7 +187,7 @@ def _judged(
     ignored: int,
     stale: bool,
     replay_until=None,
-    clients: pd.Series | None = None,
+    clients: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list:
     """The principal's metrics row, carrying its verdicts as arrays (``DECISION_FIELDS``,
     turned into decision rows by the sinks: ``streaming/outputs/rows.py``). The row's ``admitted``

@@ -46,7 +46,7 @@ def output_rows(table: pa.Table) -> pa.Table:
     for field in own.schema:
         name = field.name
         if name in clients:
-            made = clients[name]
+            made = clients[name].cast(field.type)  # a large string under Spark's large var types
         elif name == "kind":
             made = pa.repeat(pa.scalar(KIND_DECISION, field.type), n)
         elif name == "verdict":

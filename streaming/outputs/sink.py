@@ -218,7 +218,7 @@ class JsonlSink:
         actions = None
         if self.act is not None:
             candidates = _maybe_throttled(_enforced(BatchFrames(parts)["metrics"]))
-            addresses = _addresses(parts["decisions"])
+            addresses = _addresses(parts["decisions"]) if getattr(self.act, "by_address", False) else []
             actions = self.record_actions(self.act(candidates.to_dict("records"), addresses), batch_id)
         metrics = parts["metrics"]
         at = metrics.schema.get_field_index("failed_publishes")
@@ -301,7 +301,8 @@ def _guard(guard: FormatGuard, parts: dict[str, pa.Table]) -> None:
     events = pc.sum(parts["metrics"]["events"]).as_py() or 0
     records = events + dead.num_rows + sum(int(n or 0) for n in counts.values())
     raws = dead["raw"].to_pylist()[: guard.WATCH] if dead.num_rows else []
-    guard.add(raws, records, int(counts.get(NOT_A_REQUEST) or 0), events)
+    request_lines = sum(int(n or 0) for what, n in counts.items() if what != NOT_A_REQUEST)
+    guard.add(raws, records, int(counts.get(NOT_A_REQUEST) or 0), events, request_lines)
 
 
 def _addresses(decisions: pa.Table) -> list[tuple[str, str, bool]]:
@@ -313,7 +314,9 @@ def _addresses(decisions: pa.Table) -> list[tuple[str, str, bool]]:
     named = decisions.filter(pc.and_(live, pc.is_valid(decisions["client_address"])))
     named = named.append_column("throttled", pc.equal(named["verdict"], "THROTTLE"))
     seen = named.group_by(["principal", "client_address", "throttled"], use_threads=False).aggregate([])
-    return list(zip(*(seen[c].to_pylist() for c in ("principal", "client_address", "throttled")), strict=True))
+    return list(
+        zip(*(seen[c].to_pylist() for c in ("principal", "client_address", "throttled")), strict=True)
+    )
 
 
 def _set(table: pa.Table, column: str, where, value) -> pa.Table:

@@ -218,7 +218,7 @@ class Follower:
             if entry is not None:
                 after[look.key], sizes[look.key] = entry, look.st
         for key, old in before.items():
-            if key not in after:
+            if key not in after and self._sniffed.get(key) is not False:  # a refused file is not gone
                 log.warning("pidquota: %s is gone (deleted, or moved out of %s)", old.path, self.root)
         parked = [
             (key, e)

@@ -125,10 +125,12 @@ class FormatGuard:
     with one line naming the flag, instead of turning a topic into dead letters.
 
     Fed per batch: the dead letters' raw text, and how many records the batch had (events,
-    dead letters and skipped lines). It watches the run's first ``WATCH`` records only; it
-    trips when at least ``MIN_LINES`` of them, and most of them, are the other format: dead
-    letters whose text is request-log lines (``--input-format events``), or lines that are no
-    request-log line with no event at all (``--input-format kafka-request-log``). Example:
+    dead letters and skipped lines). It watches the run's batches until ``WATCH`` records
+    have gone by; it trips when at least ``MIN_LINES`` of the records seen, and more than
+    half of them, are the other format: dead letters whose text is request-log lines
+    (``--input-format events``), or lines that are no request-log line at all, with no
+    request-log line among them (``--input-format kafka-request-log``; one request-log line
+    of any API key ends the watch). Example:
     ``events`` over a topic of 500 request-log lines, one batch: 500 dead letters, 500 of them
     request-log lines: it raises ``InputError('... records of kafka://b/t hold Kafka
     request-log lines, not JSON events: add --input-format kafka-request-log ...')``.
@@ -146,23 +148,29 @@ class FormatGuard:
     def watching(self) -> bool:
         return self.seen < self.WATCH and self.fmt in ("events", "kafka-request-log")
 
-    def add(self, dead_raw: list, records: int, not_requests: int = 0, events: int = 0) -> None:
-        """One batch; raises :class:`InputError` when the records are the other format."""
+    def add(
+        self, dead_raw: list, records: int, not_requests: int = 0, events: int = 0, request_lines: int = 0
+    ) -> None:
+        """One batch; raises :class:`InputError` when the records are the other format.
+        ``request_lines``: lines the request-log screen knew as request-log lines (any API key)."""
         if not self.watching or records <= 0:
             return
         if self.fmt == "events":
             lines = [r.encode("utf-8", "replace") if isinstance(r, str) else r for r in dead_raw if r]
             self.other += sum(_line_kind(line) == "request-log" for line in lines[: self.WATCH])
             other = "request-log"
+        elif events or request_lines:  # a request log, whatever else the lines hold: watched enough
+            self.seen = self.WATCH
+            return
         else:
-            self.other += not_requests if not events else 0
+            self.other += not_requests
             other = "text"  # skipped lines keep no text: what they are is not known
         self.seen += records
-        if self.other >= self.MIN_LINES and self.other * 2 > min(self.seen, self.WATCH):
+        if self.other >= self.MIN_LINES and self.other * 2 > self.seen:
             fix = _FIX.get((self.fmt, other), "").replace("holds", "hold") or (
                 "are not Kafka request-log lines: is --input-format right? (JSON events are --input-format events)"
             )
             raise InputError(
                 f"{self.other:,} of the first {self.seen:,} records of {self.where} {fix}; the run stops "
-                "here, and nothing of them was written"
+                "here, and this batch is not written"
             )

@@ -55,3 +55,33 @@ def test_without_an_address_only_the_quota_is_set():
     act, cluster, _, _ = _actuator(quota_and_connections(1.0, 0.5))
     act({"User:crash": NOW})
     assert cluster.values == {USER: 1.0}
+
+
+def test_an_address_held_is_never_forgotten_and_a_restart_knows_it_again():
+    book = AddressBook(max_addresses=2)
+    book.own("10.0.0.5", "User:crash")  # from the journal, at a restart
+    book.held = {"10.0.0.5"}
+    book.add([("User:x", f"10.1.0.{i}", False) for i in range(5)])
+    assert set(book.owner) == {"10.0.0.5", "10.1.0.4"}  # the bound holds, the held one kept
+    assert book.add([("User:steady", "10.0.0.5", False)]) == {"10.0.0.5"} and book.shared("10.0.0.5")
+
+
+def test_the_addresses_are_the_newest_not_every_one_ever_seen():
+    act, cluster, _, _ = _actuator(quota_and_connections(1.0, 0.5))
+    act({"User:crash": NOW}, {"User:crash": ("10.0.0.5",)})
+    act({"User:crash": NOW}, {"User:crash": ("10.0.0.6",)})
+    assert act.addresses["User:crash"] == ("10.0.0.6",)
+    assert cluster.values[ip("10.0.0.5")] == 0.5  # still held: undone with the principal
+
+
+def test_an_unshare_that_fails_is_tried_again():
+    act, cluster, _, _ = _actuator(quota_and_connections(1.0, 0.5))
+    act({"User:crash": NOW}, {"User:crash": ("10.0.0.5",)})
+    cluster.refuse = {ip("10.0.0.5")}
+    rows = act({"User:crash": NOW}, {}, shared={"10.0.0.5"})
+    assert [r.action for r in rows if r.control == ip("10.0.0.5").name] == ["failed"]
+    assert act.held_addresses() == {"10.0.0.5": "User:crash"}  # the runner names it shared again
+    cluster.refuse = set()
+    rows = act({"User:crash": NOW}, {}, shared={"10.0.0.5"})
+    assert [r.action for r in rows if r.control == ip("10.0.0.5").name] == ["undo"]
+    assert act.held_addresses() == {} and cluster.values[ip("10.0.0.5")] is None

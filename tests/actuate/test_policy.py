@@ -1,6 +1,6 @@
 """actuate/policy.py: who is acted on, for how long, and the rails (pure, clock-free)."""
 
-from pidquota.actuate.policy import Rails, plan
+from pidquota.actuate.policy import NOT_A_USER, Rails, plan
 
 S = 1000
 RAILS = Rails(hold_ms=60 * S, cap=2)
@@ -42,3 +42,11 @@ def test_the_cap_takes_the_longest_throttles_first_and_undos_make_room():
     assert set(out.apply) == {"User:b", "User:c"} and out.skipped == {"User:a": "capped"}
     freed = plan({"User:a": 70 * S}, {"User:b": 62 * S, "User:c": 80 * S}, 63 * S, RAILS)
     assert freed.undo == ["User:b"] and freed.apply == {"User:a": 130 * S}
+
+
+def test_a_principal_that_is_not_a_user_is_never_sent_to_the_cluster():
+    """The log audit names a topic's PIDs Topic:<name> when no owner is known: no quota or ACL
+    can name it, so it is skipped with the reason, and takes no room under the cap."""
+    out = plan({"Topic:orders": 9 * S, "User:a": 5 * S, "User:b": 4 * S}, {}, 0, RAILS)
+    assert out.skipped == {"Topic:orders": NOT_A_USER} and "owner" in NOT_A_USER
+    assert set(out.apply) == {"User:a", "User:b"}

@@ -123,3 +123,13 @@ def test_generate_leaves_nothing_in_the_folder_it_runs_in(tmp_path, monkeypatch,
     assert (state / "pidquota" / "pid-blocks.json").exists()
     assert main(["blocks"]) == 0
     assert "blocks," in capsys.readouterr().out
+
+
+def test_a_store_left_in_the_working_folder_by_an_earlier_pidquota_is_still_used(tmp_path, monkeypatch):
+    from pidquota.cli.blocks import default_blocks
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert default_blocks() == str(tmp_path / "state" / "pidquota" / "pid-blocks.json")
+    (tmp_path / "pidquota-blocks.json").write_text("{}")
+    assert default_blocks() == "pidquota-blocks.json"

@@ -117,3 +117,8 @@ def test_an_unknown_setting_points_to_a_list_every_install_has():
     assert "conf/pidquota.properties" not in str(err.value)  # a path in the repository, not the install
     listed = subprocess.run([sys.executable, "-m", "pidquota.conf.loader"], capture_output=True, text=True)
     assert listed.returncode == 0 and "\npidquota.redis.url=" in listed.stdout
+
+
+def test_a_value_that_is_not_a_choice_is_called_so():
+    with pytest.raises(ConfigError, match=r"pidquota.actuator = 'yes' .* is not one of the choices; expected one of"):
+        load(None, {"pidquota.actuator": "yes"})

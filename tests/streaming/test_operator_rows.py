@@ -44,7 +44,8 @@ def test_the_decisions_carry_their_pids_clients_and_the_row_its_main_client():
         }
     )
     ((principal, sightings),) = unfold(pdf).items()
-    assert sightings[3].to_dict() == {
+    pids, clients = sightings[3]
+    assert dict(zip(pids.tolist(), clients, strict=True)) == {
         1: deploy.joined(),
         2: crash.joined(),
         3: crash.joined(),

@@ -263,3 +263,17 @@ def test_a_new_file_is_judged_once_it_has_a_whole_line(logs):
         w.write(EVENT_LINE[10:])
     off, got = step(f, off)
     assert got == {"events.jsonl": EVENT_LINE}
+
+
+def test_a_file_refused_after_its_first_line_is_whole_is_not_called_gone(logs, caplog):
+    f = follow.Follower(str(logs), logs.parent / "ck" / follow.LEDGER, Clock(), fmt="events")
+    new = logs / "kafka-request.log"
+    new.write_bytes(REQUEST_LINE[:20])  # not judged yet
+    off, _ = step(f, follow.initial())
+    with new.open("ab") as w:
+        w.write(REQUEST_LINE[20:])
+    with caplog.at_level(logging.WARNING, logger="pidquota.files"):
+        off, got = step(f, off)
+    assert got == {}
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "holds Kafka request-log lines" in warning and "gone" not in warning

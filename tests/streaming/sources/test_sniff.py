@@ -128,7 +128,7 @@ def test_the_guard_stops_request_log_records_read_as_events():
         guard.add([RL] * 30, records=30)
     assert str(err.value) == (
         "30 of the first 30 records of Kafka input 'kafka://b:9092/logs' hold Kafka request-log lines, not JSON "
-        "events: add --input-format kafka-request-log; the run stops here, and nothing of them was written"
+        "events: add --input-format kafka-request-log; the run stops here, and this batch is not written"
     )
 
 
@@ -145,5 +145,15 @@ def test_the_guard_lets_a_few_bad_records_among_good_ones_through_and_stops_watc
     guard.add([RL] * 100, records=600)  # past WATCH records: no longer watched
     assert not guard.watching
     mixed = sniff.FormatGuard("kafka-request-log", "x")
-    mixed.add([], records=100, not_requests=90, events=10)  # a real log with noise: events found
-    assert mixed.watching and mixed.other == 0
+    mixed.add([], records=100, not_requests=90, events=0, request_lines=10)  # a log among other lines
+    assert not mixed.watching and mixed.other == 0
+
+
+def test_a_large_first_batch_of_good_records_with_a_few_bad_ones_goes_on():
+    """The count of bad records is set against every record seen, however large the batch."""
+    guard = sniff.FormatGuard("events", "x")
+    guard.add([RL] * 600, records=100_000)
+    assert not guard.watching
+    log = sniff.FormatGuard("kafka-request-log", "x")
+    log.add([], records=30_000, not_requests=300, events=0, request_lines=29_700)  # no init yet
+    assert not log.watching
