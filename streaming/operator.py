@@ -115,10 +115,18 @@ def _clients(pdf: pd.DataFrame, codes: np.ndarray, names) -> dict[str, tuple[np.
     if not named.any():
         return {}
     rows = pdf[named]
+    owners = codes[named]
+    if len(np.unique(owners)) == len(owners):  # one row per principal (the usual case): no merge
+        out = {}
+        for owner, pids, clients in zip(owners.tolist(), rows["client_pids"], rows["clients"], strict=True):
+            pids = np.asarray(pids, dtype=np.int64)
+            order = np.argsort(pids, kind="stable")
+            out[names[owner]] = (pids[order], np.asarray(clients, dtype=object)[order])
+        return out
     lengths = rows["client_pids"].map(len).to_numpy(dtype=np.int64)
     table = pd.DataFrame(
         {
-            "owner": np.repeat(codes[named], lengths),
+            "owner": np.repeat(owners, lengths),
             "pid": np.concatenate(rows["client_pids"].to_list()).astype(np.int64, copy=False),
             "client": np.concatenate(rows["clients"].to_list()),
         }

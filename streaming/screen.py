@@ -162,10 +162,11 @@ def _certified(table: pa.Table, fallback: pa.Array | None, max_principal: int) -
     return pc.fill_null(ok, False), ts
 
 
-def client_column(table: pa.Table) -> pa.Array:
+def client_column(table: pa.Table, plain: bool = False) -> pa.Array:
     """Each row's client identity joined into one string (``pidquota.quota.client``), from
     whichever of its columns ``table`` has (``broker_id`` stands for ``broker``); null
-    where none is known."""
+    where none is known. ``plain``: the values hold no control character (the screen's
+    certified records), so none holds the separator either."""
     n = table.num_rows
     parts, known = [], pa.array(np.zeros(n, dtype=bool))
     for name in CLIENT_COLUMNS:
@@ -175,7 +176,7 @@ def client_column(table: pa.Table) -> pa.Array:
             continue
         col = pc.cast(table[source], pa.string())
         known = pc.or_(known, pc.fill_null(pc.not_equal(col, ""), False))
-        parts.append(pc.fill_null(pc.replace_substring(col, SEP, " "), ""))  # a field never splits
+        parts.append(pc.fill_null(col if plain else pc.replace_substring(col, SEP, " "), ""))  # never splits
     joined = pc.binary_join_element_wise(*parts, SEP)
     return pc.if_else(known, joined, pa.scalar(None, pa.string()))
 
@@ -197,13 +198,26 @@ def fold(events: pa.Table) -> pa.Table:
         return folded.append_column("client_pids", pa.nulls(n, pa.list_(pa.int64()))).append_column(
             "clients", pa.nulls(n, pa.list_(pa.string()))
         )
-    per_pid = named.group_by(["principal", "producer_id"], use_threads=False).aggregate([("client", "min")])
+    # The least identity per PID, by each identity's rank in the batch's sorted dictionary:
+    # a minimum over integers, not strings (the identities are few, the sightings many).
+    encoded = pc.dictionary_encode(named["client"].combine_chunks())
+    order = pc.array_sort_indices(encoded.dictionary).to_numpy()
+    rank = np.empty(len(order), np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    ranked = named.select(["principal", "producer_id"]).append_column(
+        "rank", pa.array(rank[encoded.indices.to_numpy(zero_copy_only=False)])
+    )
+    per_pid = ranked.group_by(["principal", "producer_id"], use_threads=False).aggregate([("rank", "min")])
     lists = per_pid.group_by(["principal"], use_threads=False).aggregate(
-        [("producer_id", "list"), ("client_min", "list")]
+        [("producer_id", "list"), ("rank_min", "list")]
+    )
+    ranks = lists["rank_min_list"].combine_chunks()
+    clients = pa.ListArray.from_arrays(
+        ranks.offsets, encoded.dictionary.take(pa.array(order)).take(ranks.values)
     )
     at = pc.index_in(folded["principal"], lists["principal"])  # Acero's join takes no list columns
     return folded.append_column("client_pids", pc.take(lists["producer_id_list"], at)).append_column(
-        "clients", pc.take(lists["client_min_list"], at)
+        "clients", pc.take(clients, at)
     )
 
 
@@ -296,7 +310,7 @@ class Screen:
                     "producer_id": table["producer_id"],
                     "timestamp": ts,
                     "producer_epoch": pc.cast(pc.fill_null(table["producer_epoch"], -1), pa.int32()),
-                    "client": client_column(table),
+                    "client": client_column(table, plain=True),
                 }
             ).filter(ok)
             if events.num_rows:
