@@ -656,7 +656,8 @@ SETTINGS: tuple[Setting, ...] = (
         "and slowed no other user; with the connection rate on the offender's own address its "
         "kafka-python loops fell to 0-12 PIDs a minute, still with no other user slowed; without "
         "client addresses (JSON events) it is request-quota. DENY ACLs stopped every user's "
-        "writes on a cluster with allow.everyone.if.no.acl.found.",
+        "writes on a cluster with allow.everyone.if.no.acl.found=true, and the offender's alone "
+        "(its steady producer too) where every user is granted explicitly.",
         "request-quota: the user's request_percentage client quota (KIP-546), which delays its "
         "responses, InitProducerId included. request-quota+connection-rate: the same, and "
         "connection_creation_rate (KIP-612) on each client address the user has to itself (no "
