@@ -93,7 +93,9 @@ class Journal:
             raise
         except Exception as exc:  # kafka-python raises several kinds here
             raise JournalError(
-                f"cannot create the journal topic {self.topic!r}: {type(exc).__name__}: {exc}"
+                f"cannot create the journal topic {self.topic!r}: {type(exc).__name__}: {_short(exc)}; "
+                "pidquota's principal needs CREATE, DESCRIBE, READ and WRITE on it (or create it, "
+                "compacted, yourself): docs/enforcing.md"
             ) from None
         finally:
             admin.close()
@@ -171,3 +173,9 @@ def _control_of(key: bytes) -> Control:
     spec = json.loads(key)
     kind = spec.pop("kind")
     return QuotaKey(**spec) if kind == "quota" else AclBinding(**spec)
+
+
+def _short(exc: Exception) -> str:
+    """An exception's text on one line, without kafka-python's echo of the whole request."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 200 else text[:200] + "..."

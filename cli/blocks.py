@@ -10,7 +10,6 @@ from pathlib import Path
 from pidquota.cli.common import add_config_flags, load_settings
 from pidquota.traffic.blocks import BlockStore, FileBlockStore, RedisBlockStore
 
-
 OLD_BLOCKS = "pidquota-blocks.json"  # the default before 2026-11-27: in the working folder
 
 

@@ -212,6 +212,8 @@ def sniff_offsets(ckpt: Path) -> Source | None:
 def check_reading(checkpoint: str, input_format: str, follow: bool) -> None:
     """Refuse a checkpoint whose input was read in another format, or followed where it is
     not now (or the other way round): its offsets would be misread, or its lines misjudged.
+    Another format is taken when no batch was ever committed (a run that stopped at its
+    first batch, such as one the format guard stopped, wrote nothing under the old format).
     A checkpoint from before the marker recorded it is not checked (the followed reader
     still refuses the other reader's offsets)."""
     ckpt = local_path(checkpoint)
@@ -226,6 +228,8 @@ def check_reading(checkpoint: str, input_format: str, follow: bool) -> None:
     was = (marker["input_format"], bool(marker.get("follow", False)))
     if was == (input_format, follow):
         return
+    if was[1] == follow and last_batch(str(ckpt)) is None:
+        return  # no batch was ever written (a run stopped at its first, e.g. in the wrong format)
 
     def flags(fmt: str, followed: bool) -> str:
         return f"--input-format {fmt}" + (" --follow" if followed else " --no-follow")

@@ -40,7 +40,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     gen.add_argument(
         "--summary",
         metavar="FILE",
-        help="per-principal summary (default: OUTPUT.summary.json; with --to: stderr only)",
+        help="per-principal summary (default: .OUTPUT.summary.json beside the output, hidden so that "
+        "a run over the folder does not read it; with --to: stderr only)",
     )
     gen.add_argument(
         "--start", type=int, default=DEFAULT_START_MS, help="first event time, ms since the epoch"
@@ -100,9 +101,8 @@ def run(args: argparse.Namespace) -> int:
     summary = {"events": count, "seed": args.seed, "duration_ms": duration, **gen.summary()}
     summary_path = Path(args.summary) if args.summary else None
     if summary_path is None and args.output:
-        # A request log's summary is hidden: its name would pass for a rolled log, and be read.
-        hidden = "." if args.format == "kafka-request-log" else ""
-        summary_path = Path(args.output).with_name(hidden + Path(args.output).name + ".summary.json")
+        # Hidden: beside the output it would be read with it (as a rolled log, or as events).
+        summary_path = Path(args.output).with_name("." + Path(args.output).name + ".summary.json")
     if summary_path is not None:
         summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     secs = time.monotonic() - wall0

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pidquota.cli.checkpoints import Source
 from pidquota.conf.errors import ConfigError
 from pidquota.conf.paths import local_path
@@ -73,6 +75,22 @@ def check_input(source: Source, fmt: str | None = None) -> None:
         check_file(source.shown)
         if fmt is not None:
             check_files((f.path for f in scan(source.shown).files), fmt)
+
+
+def check_output_outside(input_path: str, out: Path) -> None:
+    """An output folder inside the input folder (or the same) would be read as input by the
+    next batch or run: its decisions taken for events. Refused, unless it sits under a hidden
+    name there (``_out``, ``.out``), which the input skips."""
+    source, target = Path(input_path).resolve(), Path(out).resolve()
+    if not source.is_dir() or not (target == source or source in target.parents):
+        return
+    inside = target.relative_to(source).parts
+    if inside and inside[0].startswith(("_", ".")):
+        return
+    raise ConfigError(
+        f"the output {out} is inside the input {input_path}: the run would read its own decisions and "
+        "metrics back as input; give --output a folder outside it"
+    )
 
 
 def check_kafka(url, config) -> None:

@@ -169,6 +169,8 @@ def _start_up_checks(
     on stderr."""
     reads = checkpoints.Source.of(args.input)
     preflight.check_input(reads)
+    if reads.kind == "file":
+        preflight.check_output_outside(args.input, out)
     if config["pidquota.input.format"] == "record-batches":
         if reads.kind != "kafka":
             raise ConfigError(

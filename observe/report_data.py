@@ -9,7 +9,7 @@ exporter leaves them out of its counters.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -188,15 +188,32 @@ class Offenders:
             tally[1] += int(n)
 
     def client_text(self, user: str) -> str:
-        """The user's main client and how many others (``""``: the input named none)."""
+        """The user's main client and how many other applications (``""``: the input named
+        none). One application seen through several brokers counts once: ``client.id app
+        via 6 brokers``."""
         per = self._clients.get(user)
         if not per:
             return ""
-        named = {c: t for c, t in per.items() if c is not OTHER_CLIENTS} or per
-        main = max(named, key=lambda c: (named[c][0], named[c][1], c.joined() or ""))
-        more = len(per) - 1
-        tail = f", +{more} other client{'s' if more > 1 else ''}" if more else ""
-        return main.text() + tail
+        apps: dict[Client, list[int]] = {}
+        brokers: dict[Client, set] = {}
+        for client, (throttles, decisions) in per.items():
+            app = replace(client, broker=None)
+            tally = apps.setdefault(app, [0, 0])
+            tally[0] += throttles
+            tally[1] += decisions
+            brokers.setdefault(app, set()).add(client.broker)
+        named = {a: t for a, t in apps.items() if a != OTHER_CLIENTS} or apps
+        main = max(named, key=lambda a: (named[a][0], named[a][1], a.joined() or ""))
+        seen = {b for b in brokers[main] if b}
+        text = main.text() + (
+            f" via {len(seen)} brokers"
+            if len(seen) > 1
+            else f" via broker {next(iter(seen))}"
+            if seen
+            else ""
+        )
+        more = len(apps) - 1
+        return text + (f", +{more} other client{'s' if more > 1 else ''}" if more else "")
 
     def table(self) -> pd.DataFrame:
         """One row per user: the most throttled first, then by new PIDs, then by name."""

@@ -104,19 +104,30 @@ def problem_of(path: str, fmt: str) -> str | None:
 
 def check_files(paths: Iterable[str], fmt: str) -> None:
     """An :class:`InputError` naming the first file that ``fmt`` cannot read, with the fix,
-    and how many more there are; nothing for a format without files (``record-batches``)."""
+    and how many more there are; nothing for a format without files (``record-batches``).
+
+    A file of the other format stops the run (the flag is likely wrong). A gzip or binary
+    file among files that can be read does not: the source names it and passes over it (a
+    log folder rotated by logrotate holds ``.gz`` files); only a folder of nothing else
+    stops."""
     if fmt not in ("events", "kafka-request-log"):
         return
-    found = []
+    found, readable = [], 0
     for i, path in enumerate(paths):
         if i >= MAX_FILES:
             break
-        line = problem_of(path, fmt)
-        if line is not None:
-            found.append(line)
-    if found:
-        more = f" ({len(found) - 1} more file(s) like it)" if len(found) > 1 else ""
-        raise InputError(f"{found[0]}{more}; nothing was read")
+        head = _head(path)
+        kind = None if head is None else kind_of(head)
+        line = None if kind is None else problem(path, fmt, kind)
+        if line is None:
+            readable += 1
+        elif kind not in ("gzip", "binary") or not readable:
+            found.append((kind, line))
+    other = [line for kind, line in found if kind not in ("gzip", "binary")]
+    if other or (found and not readable):
+        lines = other or [line for _, line in found]
+        more = f" ({len(lines) - 1} more file(s) like it)" if len(lines) > 1 else ""
+        raise InputError(f"{lines[0]}{more}; nothing was read")
 
 
 class FormatGuard:

@@ -468,6 +468,11 @@ def test_a_checkpoint_refuses_another_input_format_or_follow_setting(tmp_path):
     out = tmp_path / "out"
     marker = {"kind": "file", "input": "/logs", "input_format": "kafka-request-log", "follow": True}
     ckpt = str(checkpoint(out / "_checkpoint", FILE_OFFSETS, marker=marker))
+    checkpoints.check_reading(ckpt, "events", True)  # batch 0 planned, none committed: a new format is fine
+    with pytest.raises(ConfigError, match="--follow, not --input-format events --no-follow"):
+        checkpoints.check_reading(ckpt, "events", False)  # the planned offsets are the followed reader's
+    (out / "_checkpoint" / "commits").mkdir()
+    (out / "_checkpoint" / "commits" / "0").write_text("v1\n{}\n")
     checkpoints.check_reading(ckpt, "kafka-request-log", True)  # the same: no error
     for fmt, follow in (("events", True), ("events", False), ("kafka-request-log", False)):
         with pytest.raises(ConfigError) as e:
@@ -483,3 +488,23 @@ def test_a_checkpoint_refuses_another_input_format_or_follow_setting(tmp_path):
     )
     for fmt, follow in (("events", False), ("kafka-request-log", True)):  # before the marker said it
         checkpoints.check_reading(old, fmt, follow)
+
+
+def test_an_output_inside_the_input_folder_is_refused(tmp_path, capsys, no_spark):
+    """It would read its own decisions back as events (a new user's trial: 832 decisions came
+    back as input and made new throttles). A hidden name inside is skipped by the input."""
+    from pidquota.cli.main import main
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "e.jsonl").write_text('{"timestamp": 1, "principal": "User:a", "producer_id": 1}\n')
+    for out in ("in", "in/out"):
+        assert main(["run", "--input", str(tmp_path / "in"), "--output", str(tmp_path / out), "--once"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("pidquota: error: the output ") and "inside the input" in err
+        assert len(err.splitlines()) == 1
+    assert not (tmp_path / "in" / "out").exists()
+    assert (
+        main(["run", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "in" / "_out"), "--once"])
+        == 2
+    )
+    assert capsys.readouterr().err.strip() == "pidquota: error: Spark would start here"

@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 from pidquota.cli.main import main
 
@@ -11,7 +12,7 @@ def test_generate_writes_events_and_a_summary_then_blocks_prints_the_audit(tmp_p
     args = ["generate", "--duration", "10m", "--seed", "5", "--output", str(out), "--blocks", str(blocks)]
     assert main(args) == 0
     lines = out.read_text().splitlines()
-    summary = json.loads((tmp_path / "g.jsonl.summary.json").read_text())
+    summary = json.loads((tmp_path / ".g.jsonl.summary.json").read_text())  # hidden: a run skips it
     assert summary["events"] == len(lines) > 1000
     assert summary["principals"]["User:crash-loop"]["behaviour"] == "crash-loop"
     err = capsys.readouterr().err
@@ -133,3 +134,14 @@ def test_a_store_left_in_the_working_folder_by_an_earlier_pidquota_is_still_used
     assert default_blocks() == str(tmp_path / "state" / "pidquota" / "pid-blocks.json")
     (tmp_path / "pidquota-blocks.json").write_text("{}")
     assert default_blocks() == "pidquota-blocks.json"
+
+
+def test_the_readmes_events_flow_reads_the_events_alone(tmp_path, capsys, no_spark):
+    """generate --output in/events.jsonl, then run --input in: its summary beside the events
+    is hidden, so the folder holds one file to read (it was read as 68 dead letters)."""
+    from pidquota.streaming.sources.listing import scan
+
+    events = tmp_path / "in" / "events.jsonl"
+    assert main(["generate", "--duration", "1m", "--output", str(events)]) == 0
+    assert (events.parent / ".events.jsonl.summary.json").exists()
+    assert [Path(f.path).name for f in scan(events.parent).files] == ["events.jsonl"]

@@ -120,5 +120,7 @@ def test_an_unknown_setting_points_to_a_list_every_install_has():
 
 
 def test_a_value_that_is_not_a_choice_is_called_so():
-    with pytest.raises(ConfigError, match=r"pidquota.actuator = 'yes' .* is not one of the choices; expected one of"):
+    with pytest.raises(
+        ConfigError, match=r"pidquota.actuator = 'yes' .* is not one of the choices; expected one of"
+    ):
         load(None, {"pidquota.actuator": "yes"})

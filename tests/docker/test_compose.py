@@ -559,7 +559,11 @@ BREAKAGES = [
     (image_problems, set_key("grafana", "image", "grafana/grafana:11"), "not pinned"),
     (image_problems, set_key("prometheus", "image", "prom/prometheus:latest"), "not pinned"),
     (environment_problems, set_key("enforcer", "environment.PIDQUOTA_SPARK_MASTR", "local[2]"), "no setting"),
-    (environment_problems, set_key("enforcer", "environment.PIDQUOTA_LOG_LEVEL", "LOUD"), "is not one of the choices"),
+    (
+        environment_problems,
+        set_key("enforcer", "environment.PIDQUOTA_LOG_LEVEL", "LOUD"),
+        "is not one of the choices",
+    ),
     (command_problems, replace_arg("enforcer", "--quota-store", "--quota-stor"), "has no --quota-stor"),
     (command_problems, replace_arg("enforcer", "--output", "--out-dir"), "has no --out-dir"),
     (

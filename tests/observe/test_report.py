@@ -462,3 +462,10 @@ def test_a_one_batch_run_gets_a_rate_line_from_its_decisions():
     assert set(series["quota"]) == {100.0}
     only_metrics = rd.rate_series(metrics, ["User:a"])  # no decisions: the metrics rows, one point
     assert only_metrics["rate"].tolist() == [1.0]
+
+
+def test_one_application_through_several_brokers_is_one_client():
+    decisions = judge(1, [(t, t) for t in range(6)])
+    named = [d | {"client_id": "crash", "broker": str(i % 3)} for i, d in enumerate(decisions)]
+    table = rd.offenders(pd.DataFrame(rows("User:crash", named)))
+    assert table["client"].tolist() == ["client.id crash via 3 brokers"]

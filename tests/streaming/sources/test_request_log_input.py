@@ -121,3 +121,11 @@ def test_a_topic_in_the_other_format_stops_the_run_in_one_line(kafka, tmp_path, 
     assert last.startswith("pidquota: error: ") and fix in last and topic in last, r.stderr[-3000:]
     assert "Traceback" not in r.stderr and "StreamingQueryException" not in r.stderr
     assert not list((tmp_path / "out" / "dead-letters").glob("*.jsonl"))
+    if fmt == "events":  # the fix the line names, on the same output: no --fresh needed
+        again = run_cli(
+            *("run", "--input", f"kafka://{kafka.bootstrap}/{topic}", "--once"),
+            *("--input-format", "kafka-request-log", "--output", str(tmp_path / "out")),
+            cwd=tmp_path,
+        )
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert list((tmp_path / "out" / "decisions").glob("*.jsonl"))

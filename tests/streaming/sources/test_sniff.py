@@ -157,3 +157,20 @@ def test_a_large_first_batch_of_good_records_with_a_few_bad_ones_goes_on():
     log = sniff.FormatGuard("kafka-request-log", "x")
     log.add([], records=30_000, not_requests=300, events=0, request_lines=29_700)  # no init yet
     assert not log.watching
+
+
+def test_a_gzip_file_among_readable_ones_is_passed_over_not_a_stop(tmp_path):
+    """A log folder rotated by logrotate holds .gz files: the source names each and reads the
+    rest (FileStreamReader._readable); a folder of nothing else, or a file of the other
+    format, still stops the run."""
+    good = tmp_path / "events.jsonl"
+    good.write_text('{"timestamp": 1, "principal": "User:a", "producer_id": 7}\n')
+    old = tmp_path / "events.jsonl.1.gz"
+    old.write_bytes(gzip.compress(good.read_bytes(), mtime=0))
+    check_files([str(old), str(good)], "events")  # passes: one readable file
+    with pytest.raises(InputError, match="gzip-compressed"):
+        check_files([str(old)], "events")
+    other = tmp_path / "kafka-request.log"
+    other.write_text(RL + "\n")
+    with pytest.raises(InputError, match="add --input-format kafka-request-log"):
+        check_files([str(old), str(good), str(other)], "events")
