@@ -50,7 +50,7 @@ def _events(folder: Path) -> int:
     )
     lines = raw.read_text().splitlines() + DEAD
     raw.unlink()
-    (folder / "hour.jsonl.summary.json").unlink()
+    (folder / ".hour.jsonl.summary.json").unlink()
     inputs = folder / "in"
     inputs.mkdir()
     size = -(-len(lines) // FILES)

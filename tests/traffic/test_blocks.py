@@ -14,7 +14,7 @@ from pidquota.traffic.blocks import (
 )
 
 
-@pytest.fixture(params=["memory", "file", "redis"])
+@pytest.fixture(params=["memory", "file", pytest.param("redis", marks=pytest.mark.redis)])
 def store(request, tmp_path):
     if request.param == "memory":
         return MemoryBlockStore()
