@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
+from pidquota.conf import jsontext
 from pidquota.conf.errors import ConfigError, InputError
 
 DEFAULT_ENTITY = "<default>"
@@ -167,8 +168,8 @@ class StaticQuotas:
         except OSError as exc:
             raise InputError(f"cannot read quota file {str(path)!r}: {exc.strerror or exc}") from None
         try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
+            doc = jsontext.loads(text)
+        except ValueError as exc:
             raise ConfigError(f"quota file {str(path)!r} is not valid JSON: {exc}") from None
         return cls(parse_quotas(doc, origin=f"quota file {str(path)!r}"))
 

@@ -4,11 +4,11 @@ traffic generator all use (so security settings apply everywhere)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from dataclasses import dataclass
 
+from pidquota.conf import jsontext
 from pidquota.conf.errors import ConfigError, PidquotaError
 
 # pidquota option key -> kafka-python keyword. The same keys are Spark data
@@ -93,8 +93,8 @@ def parse_starting_offsets(text: str) -> str | int | dict:
             )
         return int(how)
     try:
-        given = json.loads(how)
-    except json.JSONDecodeError:
+        given = jsontext.loads(how)
+    except ValueError:
         given = None
     if not isinstance(given, dict) or not given:
         raise ConfigError(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pidquota.conf import jsontext
 from pidquota.conf.errors import ConfigError
 
 REDIS = "redis"  # pidquota.audit.owners: the owners are in Redis
@@ -47,7 +48,7 @@ class Owners:
 
     @classmethod
     def from_json(cls, text: str) -> Owners:
-        return cls(json.loads(text))
+        return cls(jsontext.loads(text))
 
     @classmethod
     def from_redis(cls, client, key: str) -> Owners:
@@ -58,7 +59,7 @@ class Owners:
     def from_file(cls, path: str | Path) -> Owners:
         """``{"topics": {"orders": "User:alice", "pay-*": "User:bob"}}``."""
         try:
-            doc = json.loads(Path(path).read_text(encoding="utf-8"))
+            doc = jsontext.loads(Path(path).read_text(encoding="utf-8"))
         except OSError as exc:
             raise ConfigError(f"pidquota.audit.owners: cannot read {path}: {exc.strerror}") from None
         except ValueError as exc:

@@ -55,6 +55,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pidquota.conf import jsontext
 from pidquota.quota.client import COLUMNS as CLIENT_COLUMNS
 from pidquota.streaming.columns import NOT_A_REQUEST
 from pidquota.streaming.screen import FOLDED, as_binary, client_column, fold, folded_batch, judged_batch
@@ -197,8 +198,8 @@ def unwrap(value: str, options: Options) -> tuple[str, str | None]:
     if not value.lstrip().startswith("{"):
         return value, None
     try:
-        record = json.loads(value)
-    except (ValueError, RecursionError):
+        record = jsontext.loads(value)
+    except ValueError:
         raise BadLine("a shipper's record that is not valid JSON (cut?)") from None
     if not isinstance(record, dict):
         raise BadLine("a shipper's record that is not a JSON object")
@@ -217,7 +218,7 @@ def _int_field(obj: dict, where: str, name: str, low: int, high: int) -> int:
     if name not in obj:
         raise BadLine(f"missing field {where}.{name}")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise BadLine(f"field {where}.{name} must be an integer, got {json.dumps(value)[:40]}")
+        raise BadLine(f"field {where}.{name} must be an integer, got {jsontext.brief(value)}")
     if not low <= value <= high:
         raise BadLine(f"field {where}.{name} is out of range ({low}..{high}): {value}")
     return value
@@ -226,7 +227,7 @@ def _int_field(obj: dict, where: str, name: str, low: int, high: int) -> int:
 def _object(d: dict, name: str) -> dict:
     value = d.get(name)
     if not isinstance(value, dict):
-        got = "nothing" if name not in d else json.dumps(value)[:40]
+        got = "nothing" if name not in d else jsontext.brief(value)
         raise BadLine(f"field {name} must be an object, got {got}")
     return value
 
@@ -241,9 +242,9 @@ def parse_init(line: str, clock: Clock, max_principal: int) -> dict | None:
         raise BadLine("request-log line is cut or damaged: it does not end in '} (logger name)'")
     ts = clock.ms(m["time"])
     try:
-        d = json.loads(m["json"])
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5000-digit number, deep nesting
-        why = f"{exc.msg} at {exc.pos}" if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+        d = jsontext.loads(m["json"])
+    except ValueError as exc:  # JSONDecodeError, a 5000-digit number, deep nesting
+        why = f"{exc.msg} at {exc.pos}" if isinstance(exc, json.JSONDecodeError) else str(exc)
         raise BadLine(f"request-log JSON is not valid (cut or damaged): {why}") from None
     if not isinstance(d, dict):
         raise BadLine("request-log JSON is not an object")

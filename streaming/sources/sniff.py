@@ -20,10 +20,10 @@ Spark-free and pure: it reads the files' first bytes, nothing else.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable
 
+from pidquota.conf import jsontext
 from pidquota.conf.errors import InputError
 
 HEAD = 16_384  # bytes read from each file
@@ -69,7 +69,7 @@ def _line_kind(line: bytes) -> str:
         return "request-log"
     if text.startswith("{"):
         try:
-            value = json.loads(text)
+            value = jsontext.loads(text)
         except ValueError:
             return "text"
         if isinstance(value, dict) and ("principal" in value or "producer_id" in value):

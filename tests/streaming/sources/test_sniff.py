@@ -174,3 +174,17 @@ def test_a_gzip_file_among_readable_ones_is_passed_over_not_a_stop(tmp_path):
     other.write_text(RL + "\n")
     with pytest.raises(InputError, match="add --input-format kafka-request-log"):
         check_files([str(old), str(good), str(other)], "events")
+
+
+DEEP = '{"principal": "User:a", "x": ' + "[" * 5000 + "]" * 5000 + "}"  # issue 44's poison pill
+
+
+def test_a_line_nested_too_deep_to_parse_is_text_not_a_crash():
+    assert sniff._line_kind(DEEP.encode()) == "text"
+    assert kind_of(((EVENT + "\n") * 5 + DEEP + "\n").encode()) == "events"
+
+
+def test_the_format_guard_passes_a_dead_letter_nested_too_deep():
+    guard = sniff.FormatGuard("events", "in")
+    guard.add([DEEP] * 30, 30)  # the screen dead-lettered it; the guard re-reads its text
+    assert guard.seen == 30 and guard.other == 0
