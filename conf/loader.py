@@ -172,6 +172,11 @@ def load(
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read settings file {str(file)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"settings file {str(file)!r} is not UTF-8 text (byte {exc.start}: {exc.object[exc.start : exc.start + 4]!r}); "
+            "save it as UTF-8"
+        ) from None
     layers.append((str(file), parse_properties(text, str(file))))
     env = os.environ if environ is None else environ
     from_env = {}

@@ -164,7 +164,7 @@ class StaticQuotas:
     def from_file(cls, path: str | Path) -> StaticQuotas:
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_bytes()  # json reads UTF-8 bytes; bytes that are not are a ValueError
         except OSError as exc:
             raise InputError(f"cannot read quota file {str(path)!r}: {exc.strerror or exc}") from None
         try:

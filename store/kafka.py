@@ -87,6 +87,10 @@ def parse_starting_offsets(text: str) -> str | int | dict:
     if how in ("earliest", "latest"):
         return how
     if how.lstrip("-").isdigit():
+        if len(how) > 19:
+            raise ConfigError(
+                f"startingOffsets {how[:30]}... is not a timestamp in ms: it has {len(how)} digits"
+            )
         if int(how) < 0:
             raise ConfigError(
                 f"startingOffsets {how} is a negative timestamp; give ms since the epoch, earliest or latest"

@@ -59,7 +59,7 @@ class Owners:
     def from_file(cls, path: str | Path) -> Owners:
         """``{"topics": {"orders": "User:alice", "pay-*": "User:bob"}}``."""
         try:
-            doc = jsontext.loads(Path(path).read_text(encoding="utf-8"))
+            doc = jsontext.loads(Path(path).read_bytes())
         except OSError as exc:
             raise ConfigError(f"pidquota.audit.owners: cannot read {path}: {exc.strerror}") from None
         except ValueError as exc:
@@ -68,7 +68,10 @@ class Owners:
             raise ConfigError(
                 f'pidquota.audit.owners: {path} must be {{"topics": {{"TOPIC or PREFIX*": "User:NAME"}}}}'
             )
-        return cls(doc["topics"])
+        try:
+            return cls(doc["topics"])
+        except ConfigError as exc:
+            raise ConfigError(f"pidquota.audit.owners: {path}: {exc}") from None
 
 
 def load_owners(config) -> Owners:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from pidquota.conf import jsontext
 from pidquota.conf.errors import ConfigError, InputError
 from pidquota.traffic.behaviours import BEHAVIOURS, WELL_BEHAVED
 
@@ -93,8 +93,8 @@ def load_mix(name_or_path: str) -> dict[str, dict]:
     if not path.exists():
         raise InputError(f"--mix {name_or_path!r} is neither a named mix ({', '.join(MIXES)}) nor a file")
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        doc = jsontext.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
         raise ConfigError(f"mix file {name_or_path!r} is not readable JSON: {exc}") from None
     return validate_mix(doc, f"mix file {name_or_path!r}")
 

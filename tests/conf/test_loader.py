@@ -1,6 +1,11 @@
-import pytest
+import tempfile
 
-from pidquota.conf.errors import ConfigError, InputError
+import pytest
+from harness.hostile import FAST, NUMBERS, as_bytes, deep, json_values
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pidquota.conf.errors import ConfigError, InputError, PidquotaError
 from pidquota.conf.loader import (
     DEFAULT_PROPERTIES,
     load,
@@ -124,3 +129,27 @@ def test_a_value_that_is_not_a_choice_is_called_so():
         ConfigError, match=r"pidquota.actuator = 'yes' .* is not one of the choices; expected one of"
     ):
         load(None, {"pidquota.actuator": "yes"})
+
+
+# -- hostile settings files (issue 44): a clear error or a config, never another exception ----
+
+_values = (
+    st.sampled_from(NUMBERS)
+    | deep()
+    | st.text(max_size=30)
+    | json_values.map(str)
+    | st.sampled_from(["\x00", "\\", "\\u12", "x" * 100_000, "true", "-0", " 1 ", "1_000", "１２"])
+)
+_line = st.tuples(st.sampled_from([s.name for s in SETTINGS]), _values).map(lambda kv: f"{kv[0]}={kv[1]}")
+
+
+@FAST
+@given(st.lists(_line | st.text(max_size=40), max_size=6), st.binary(max_size=8))
+def test_no_settings_file_raises_anything_but_a_clear_error(lines, junk):
+    with tempfile.NamedTemporaryFile("wb", suffix=".properties") as f:
+        f.write(as_bytes("\n".join(lines)) + junk)
+        f.flush()
+        try:
+            load(f.name, environ={})
+        except PidquotaError as exc:
+            assert str(exc).strip()

@@ -96,8 +96,11 @@ class Enforcer:
     def _run(self, lines, kafka_out: dict | None = None) -> dict[str, pd.DataFrame]:
         from pidquota.streaming import query as q
         from pidquota.streaming.outputs.sink import JsonlSink
+        from pidquota.streaming.sources.sniff import FormatGuard
 
-        sink = JsonlSink(self.out, kafka=kafka_out, replay_until=self.replay_until)
+        # the CLI's sink: the format guard re-reads the first dead letters (issue 44's poison pill was there)
+        guard = FormatGuard(self.config["pidquota.input.format"], "the test's input")
+        sink = JsonlSink(self.out, kafka=kafka_out, replay_until=self.replay_until, guard=guard)
         output = q.enforcer(lines, self.config, self.quotas, replay_until=self.replay_until)
         query = q.start(output, sink, str(self.out / "_ck"), True, 0)
         try:

@@ -137,7 +137,7 @@ def read_range(part, lost: Callable[[str, dict], None], what: str = "rows") -> I
             records = _fetch(conn, at)
             if records is None:
                 return  # the partition is gone, and failOnDataLoss is false
-            batches = walk(records, at.pos, at.end, at.aborted)
+            batches = walk(records, at.pos, at.end, at.aborted, at.name)
             if batches.next_offset > at.pos:
                 at.pos, at.deadline = batches.next_offset, time.monotonic() + at.timeout_s
                 _send_ahead(conn, at)  # the next Fetch is served while these rows are decoded

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+from kafka import errors
 
 from pidquota.store.kafka import KafkaError
 
@@ -65,6 +66,29 @@ BATCH_ROWS = 10_000  # rows per Arrow batch handed to Spark
 CONTROL, TRANSACTIONAL = 0x20, 0x10  # attribute bits
 _HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte record batch header, as above
 _CODECS = {1: ("gzip", None), 2: ("snappy", "python-snappy"), 3: ("lz4", "lz4"), 4: ("zstd", "zstandard")}
+# The least batch length (the bytes after the length field) per magic: magic 2's header, a
+# legacy message's crc, magic, attributes, (timestamp,) key length and value length.
+_MIN_LENGTH = {0: 14, 1: 22, 2: _HEADER.size - 12}
+# What damaged bytes raise in the decoders below and in kafka-python's legacy decoder.
+_DAMAGE = (struct.error, IndexError, ValueError, OSError, EOFError, TypeError, OverflowError)
+
+
+def corrupt(where: str, offset: int, why: str) -> KafkaError:
+    """The one error for damaged record bytes: it names the topic-partition and offset."""
+    return KafkaError(
+        f"a record batch of {where or 'the response'} at offset {offset} is corrupt ({why}); the "
+        "broker's log or its response is damaged there: kafka-dump-log.sh (DumpLogSegments) shows "
+        "the segment, and a --starting-offsets past it reads on"
+    )
+
+
+def _batch_at(records: bytes, pos: int, where: str) -> tuple[int, int, int]:
+    """(base offset, the position after the batch, magic) of the batch at ``pos``: raises
+    :func:`corrupt` for a length or magic that no broker writes."""
+    base, length, _, magic = struct.unpack_from(">qiib", records, pos)
+    if magic not in _MIN_LENGTH or length < _MIN_LENGTH[magic]:
+        raise corrupt(where, base, f"length {length}, magic {magic}")
+    return base, pos + 12 + length, magic
 
 
 @dataclass
@@ -107,15 +131,15 @@ class Walk:
     complete_batches: int = 0  # 0 with records bytes present: one batch larger than the fetch
 
 
-def walk(records: bytes, start: int, end: int, aborted: dict | None = None) -> Walk:
+def walk(records: bytes, start: int, end: int, aborted: dict | None = None, where: str = "") -> Walk:
     """The batches of ``records`` to decode for [start, end). ``next_offset`` is past every
     complete batch (control batches and compaction gaps included), or ``start``. Transactional
     batches of the ``aborted`` transactions (:func:`by_producer`, see ``transactions.py``) are
-    left out, as a read_committed consumer drops them."""
+    left out, as a read_committed consumer drops them. A batch whose length or magic no
+    broker writes raises :func:`corrupt` (``where`` names the topic-partition)."""
     out, pos, size = Walk(records, start, end, next_offset=start), 0, len(records)
     while pos + 17 <= size:  # offset, length, then the magic byte, in both formats
-        base, length, _, magic = struct.unpack_from(">qiib", records, pos)
-        stop = pos + 12 + length
+        base, stop, magic = _batch_at(records, pos, where)
         if stop > size or (magic >= 2 and base >= end):
             break  # a batch cut short by the fetch size, or past the range
         out.complete_batches += 1
@@ -202,10 +226,8 @@ def batch_headers(batches: Walk) -> pa.RecordBatch:
 def batch_positions(records: bytes, end: int) -> list[int]:
     """Where each complete batch of a response starts, up to the first past ``end``."""
     out, pos, size = [], 0, len(records)
-    head = struct.Struct(">qiib").unpack_from
     while pos + 17 <= size:
-        base, length, _, magic = head(records, pos)
-        stop = pos + 12 + length
+        base, stop, magic = _batch_at(records, pos, "")
         if stop > size or (magic >= 2 and base >= end):
             break
         out.append(pos)
@@ -223,7 +245,10 @@ def decode_rows(batches: Walk, where: str = "") -> Decoded:
         if magic < 2:
             _flush(run, out, start, end, where)
             run = _Run()
-            _legacy(view[pos:stop], out, start, end)
+            try:
+                _legacy(view[pos:stop], out, start, end)
+            except (*_DAMAGE, errors.KafkaError) as exc:  # kafka-python's CorruptRecordError
+                raise corrupt(where, struct.unpack_from(">q", view, pos)[0], type(exc).__name__) from None
         else:
             _add_batch(view, pos, stop, run, where)
     _flush(run, out, start, end, where)
@@ -259,9 +284,14 @@ def _decompress(codec: int, chunk: memoryview, where: str) -> bytes:
             f"the record batch at {where} is compressed with {name}, and its Python library "
             f"is not installed: pip install {package}"
         )
-    if codec == 1:
-        return kc.gzip_decode(chunk)
-    return getattr(kc, f"{name}_decode")(chunk.tobytes())
+    try:
+        if codec == 1:
+            return kc.gzip_decode(chunk)
+        return getattr(kc, f"{name}_decode")(chunk.tobytes())
+    except Exception as exc:  # each codec's library fails damaged bytes its own way
+        raise KafkaError(
+            f"the record batch at {where} is corrupt: its {name} block does not unpack ({exc})"
+        ) from None
 
 
 def _legacy(entry: memoryview, out: Decoded, start: int, end: int) -> None:
@@ -291,15 +321,17 @@ def _flush(run: _Run, out: Decoded, start: int, end: int, where: str) -> None:
         return
     buf = b"".join([*run.chunks, bytes(16)])  # padded: a varint read never runs off the end
     try:
-        bodies = _record_bodies(buf, run)
-    except IndexError:
-        raise KafkaError(f"a record batch of {where} at offset {run.base_offsets[0]} is corrupt") from None
-    arr = np.frombuffer(buf, np.uint8)
-    counts = np.asarray(run.counts)
-    ts_delta, pos = _varints(arr, bodies + 1)  # after the attributes byte
-    off_delta, pos = _varints(arr, pos)
-    key_len, pos = _varints(arr, pos)
-    val_len, val_start = _varints(arr, pos + np.maximum(key_len, 0))
+        bodies, ends = _record_bodies(buf, run)
+        arr = np.frombuffer(buf, np.uint8)
+        counts = np.asarray(run.counts)
+        ts_delta, pos = _varints(arr, bodies + 1)  # after the attributes byte
+        off_delta, pos = _varints(arr, pos)
+        key_len, pos = _varints(arr, pos)
+        val_len, val_start = _varints(arr, pos + np.maximum(key_len, 0))
+    except _DAMAGE as exc:
+        raise corrupt(where, run.base_offsets[0], type(exc).__name__) from None
+    if ((key_len < -1) | (val_len < -1) | (val_start + np.maximum(val_len, 0) > ends)).any():
+        raise corrupt(where, run.base_offsets[0], "a record's key or value runs past the record")
     offsets = np.repeat(np.asarray(run.base_offsets, np.int64), counts) + off_delta
     ts_delta[np.repeat(np.asarray(run.log_append), counts)] = 0
     timestamps = np.repeat(np.asarray(run.base_timestamps, np.int64), counts) + ts_delta
@@ -310,10 +342,11 @@ def _flush(run: _Run, out: Decoded, start: int, end: int, where: str) -> None:
         out.values.append(_gather(buf, val_start[keep], val_len[keep]))
 
 
-def _record_bodies(buf: bytes, run: _Run) -> np.ndarray:
-    """Where each record's body starts (after its length varint): the one per-record Python
-    loop. A length is never negative, so its zigzag varint is decoded as ``raw >> 1``."""
-    starts, pos = [], 0
+def _record_bodies(buf: bytes, run: _Run) -> tuple[np.ndarray, np.ndarray]:
+    """Where each record's body starts (after its length varint), and where its batch's
+    records end (no value may be read past it): the one per-record Python loop. A length is never negative, so its zigzag varint is
+    decoded as ``raw >> 1``. Raises ``IndexError`` when the records do not fill their batch."""
+    starts, ends, pos = [], [], 0
     add = starts.append
     for chunk, count in zip(run.chunks, run.counts, strict=True):
         stop = pos + len(chunk)
@@ -331,9 +364,10 @@ def _record_bodies(buf: bytes, run: _Run) -> np.ndarray:
                 raw, pos = varint(buf, pos)
                 add(pos)
                 pos += raw >> 1
-        if pos != stop:
+        if pos != stop or count < 0:
             raise IndexError("records do not fill their batch")
-    return np.array(starts, np.int64)
+        ends += [stop] * count
+    return np.array(starts, np.int64), np.array(ends, np.int64)
 
 
 def varint(buf, pos: int) -> tuple[int, int]:

@@ -3,10 +3,14 @@ a broker or Spark: batches are built with kafka-python's own builders and the
 decoder's rows compared with kafka-python's decoder (MemoryRecords)."""
 
 import random
+import signal
 import struct
 from types import SimpleNamespace
 
 import pytest
+from harness.hostile import FAST
+from hypothesis import given
+from hypothesis import strategies as st
 from kafka import codec as kafka_codec
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -330,3 +334,67 @@ def test_the_fetch_client_gets_the_security_options(monkeypatch):
         fetch_client(options, request_timeout_ms=1000)
     assert seen["security_protocol"] == "SASL_SSL" and seen["sasl_plain_password"] == "p"
     assert seen["bootstrap_servers"] == ["b1:9093"] and seen["closed"]
+
+
+# -- hostile bytes (issue 44): a corrupt response is a clear error, never another exception ----
+
+
+@st.composite
+def damaged(draw) -> bytes:
+    """A few small batches (data, gzip, a marker, legacy), then cut, overwritten or spliced."""
+    parts, base = [], 0
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["data", "gzip", "marker", "legacy"]))
+        values = draw(st.lists(st.none() | st.binary(max_size=20), min_size=1, max_size=4))
+        if kind == "legacy":
+            builder = LegacyRecordBatchBuilder(draw(st.integers(0, 1)), 0, 1 << 20)
+            for i, value in enumerate(values):
+                builder.append(base + i, timestamp=1_000 + i, key=None, value=value)
+            parts.append(bytes(builder.build()))
+        elif kind == "marker":
+            parts.append(marker(base))
+        else:
+            recs = [(i, 1_000 + i, None, v, []) for i, v in enumerate(values)]
+            parts.append(batch(base, recs, codec=1 if kind == "gzip" else 0))
+        base += len(values)
+    buf = bytearray(b"".join(parts))
+    for _ in range(draw(st.integers(0, 4))):
+        at = draw(st.integers(0, max(0, len(buf) - 1)))
+        how = draw(st.integers(0, 3))
+        if how == 0 and buf:
+            buf[at] = draw(st.integers(0, 255))
+        elif how == 1 and len(buf) >= at + 4:  # a length, a count or a delta made negative or huge
+            struct.pack_into(">i", buf, at, draw(st.sampled_from([-1, -12, -13, -61, 2**31 - 1, 0, 48])))
+        elif how == 2:
+            del buf[at:]
+        else:
+            buf[at:at] = draw(st.binary(max_size=40))
+    return bytes(buf)
+
+
+def _bounded(seconds: int):
+    """A decoder that loops forever fails the example instead of hanging the suite."""
+
+    def alarm(*_):
+        raise TimeoutError(f"the decoder ran over {seconds} s: a loop that does not move on?")
+
+    signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+
+
+@FAST
+@given(damaged(), st.integers(0, 50), st.integers(0, 20_000))
+def test_damaged_record_batches_are_a_clear_error_or_rows(records, start, length):
+    end = start + length
+    _bounded(10)
+    try:
+        for read in (
+            lambda: list(kafka_records.arrow_batches(decode(records, start, end, "t-0"), "t", 0)),
+            lambda: kafka_records.batch_headers(kafka_records.walk(records, start, end, None, "t-0")),
+        ):
+            try:
+                read()
+            except KafkaError as exc:
+                assert "t-0" in str(exc) or "record batch" in str(exc)
+    finally:
+        signal.alarm(0)
