@@ -59,8 +59,11 @@ def _with(record: dict, field: str, literal: str) -> str:
 
 
 @st.composite
-def hostile_text(draw, good: list[str], fields: list[str]) -> str | bytes:
-    """One hostile line made from the ``good`` lines' shape and ``fields`` names."""
+def hostile_text(
+    draw, good: list[str], fields: list[str], huge=(100_000, 1_000_000, 30_000_000)
+) -> str | bytes:
+    """One hostile line made from the ``good`` lines' shape and ``fields`` names; a huge line
+    has one of the ``huge`` sizes."""
     base = draw(st.sampled_from(good))
     try:
         record = json.loads(base)
@@ -86,7 +89,7 @@ def hostile_text(draw, good: list[str], fields: list[str]) -> str | bytes:
         at = draw(st.integers(0, len(raw)))
         return raw[:at] + draw(st.sampled_from([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xfe\xff"])) + raw[at:]
     if kind == 7:  # a huge line
-        size = draw(st.sampled_from([100_000, 1_000_000, 30_000_000]))
+        size = draw(st.sampled_from(huge))
         return _with(record, field, json.dumps("x" * size))
     if kind == 8:  # arbitrary bytes without a line break
         return draw(st.binary(max_size=300)).replace(b"\n", b" ").replace(b"\r", b" ")

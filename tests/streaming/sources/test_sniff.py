@@ -188,3 +188,35 @@ def test_the_format_guard_passes_a_dead_letter_nested_too_deep():
     guard = sniff.FormatGuard("events", "in")
     guard.add([DEEP] * 30, 30)  # the screen dead-lettered it; the guard re-reads its text
     assert guard.seen == 30 and guard.other == 0
+
+
+@pytest.mark.e2e
+def test_issue_44_the_run_passes_a_poison_pill(tmp_path):
+    """The issue's own trial: 200 good events with the hostile line among them, through
+    ``pidquota run --once``: one dead letter, exit 0 (it was exit 2, for good)."""
+    from harness.cli import run_cli
+
+    good = [
+        json.dumps({"timestamp": 1_767_225_600_000 + i, "principal": "User:a", "producer_id": i})
+        for i in range(200)
+    ]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "events.jsonl").write_text("\n".join([*good[:100], DEEP, *good[100:]]) + "\n")
+    r = run_cli(
+        "run", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--once", cwd=tmp_path
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    dead = [
+        json.loads(x)
+        for f in (tmp_path / "out" / "dead-letters").glob("*.jsonl")
+        for x in f.read_text().splitlines()
+    ]
+    assert [d["reason"] for d in dead] == [
+        "too many '{' or '[' (more than 64): an event is one flat JSON object"
+    ]
+    decided = [
+        json.loads(x)
+        for f in (tmp_path / "out" / "decisions").glob("*.jsonl")
+        for x in f.read_text().splitlines()
+    ]
+    assert len(decided) == 200

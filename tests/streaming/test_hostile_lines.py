@@ -1,0 +1,121 @@
+"""Every reader of input lines against hostile lines (issue 44), as properties: the sniffer
+and the format guard, the screen (Arrow), the request log's screen and its shipper envelope,
+and Spark's strict parse. The rule: every line comes out as an event, a dead letter with its
+reason, or a counted skip; nothing raises (the format guard may raise its own InputError).
+
+The strategies are ``harness/hostile.py``'s."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from harness.hostile import FAST, SLOW, as_bytes, as_text, hostile_text
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pidquota.conf.errors import InputError
+from pidquota.streaming.request_log import Options, RequestLogJudge
+from pidquota.streaming.screen import Screen
+from pidquota.streaming.sources import sniff
+from pidquota.traffic import request_log as rl
+
+EVENTS = [
+    '{"timestamp": 1767225600000, "principal": "User:a", "producer_id": 7, "producer_epoch": 0}',
+    '{"timestamp": 1767225600001, "principal": "User:b", "producer_id": 8, "client_id": "c", "broker_id": 2}',
+]
+EVENT_FIELDS = ["timestamp", "principal", "producer_id", "producer_epoch", "client_id", "broker_id", "x"]
+events = st.lists(st.sampled_from(EVENTS) | hostile_text(EVENTS, EVENT_FIELDS), min_size=1, max_size=30)
+
+
+def _request_line(pid: int) -> str:
+    req, resp = rl.init_producer_id(4, None, 0, pid, 0)
+    return rl.request_line(1_767_225_600_000, rl.INIT_PRODUCER_ID, 4, req, resp, "User:a", "app")
+
+
+REQUEST = _request_line(4000)
+BODY = REQUEST[REQUEST.index("{") : REQUEST.rindex("}") + 1]
+SHIPPED = json.dumps({"message": REQUEST, "host": {"name": "b1"}})
+
+
+@st.composite
+def request_lines(draw) -> str | bytes:
+    """A request-log line with a hostile JSON body, a hostile shipper envelope, or a hostile
+    line of any shape."""
+    kind = draw(st.integers(0, 2))
+    if kind == 0:  # the request's JSON replaced, field by field, by hostile JSON
+        body = draw(hostile_text([BODY], ["requestHeader", "response", "principal", "clientInformation"]))
+        return REQUEST.replace(BODY, as_text(body))
+    if kind == 1:
+        return draw(hostile_text([SHIPPED], ["message", "host", "log", "@timestamp"]))
+    return draw(hostile_text([BODY], ["response"]))
+
+
+@FAST
+@given(events, st.sampled_from(["events", "kafka-request-log"]))
+def test_the_sniffer_and_the_format_guard_never_fail_on_a_line(lines, fmt):
+    head = b"\n".join(as_bytes(x) for x in lines)
+    assert sniff.kind_of(head[: sniff.HEAD]) in ("gzip", "binary", "request-log", "events", "text")
+    guard = sniff.FormatGuard(fmt, "the test's input")
+    try:
+        guard.add([as_text(x) for x in lines], len(lines), not_requests=len(lines))
+    except InputError as exc:
+        assert "the test's input" in str(exc)
+
+
+def _batch(lines) -> pa.RecordBatch:
+    values = pa.array([as_bytes(x) for x in lines], pa.binary())
+    return pa.RecordBatch.from_arrays([values, pa.array(["f"] * len(lines))], ["value", "source_file"])
+
+
+@FAST
+@given(events)
+def test_the_screen_certifies_or_hands_on_every_line(lines):
+    certified = unchecked = 0
+    for out in Screen(_batch(lines).schema, 256)([_batch(lines)]):
+        for row in out.to_pylist():
+            if row["check"]:
+                unchecked += 1
+            else:
+                certified += len(row["f_timestamps"])
+    assert certified + unchecked == len(lines)
+
+
+@FAST
+@given(st.lists(request_lines() | st.just(REQUEST) | st.just(SHIPPED), min_size=1, max_size=20))
+def test_the_request_log_screen_judges_every_line(lines):
+    values = pa.array([as_bytes(x) for x in lines], pa.binary())
+    out = RequestLogJudge(Options(), 256).judge(values, ["f"] * len(lines), [None] * len(lines))
+    assert len(out.events) + len(out.dead) + sum(out.skipped.values()) == len(lines)
+    assert all(d["reason"] for d in out.dead)
+
+
+@pytest.mark.spark
+@SLOW
+@given(
+    st.lists(
+        st.sampled_from(EVENTS) | hostile_text(EVENTS, EVENT_FIELDS, huge=(100_000,)), min_size=1, max_size=30
+    )
+)
+def test_the_strict_parse_judges_every_line(spark, lines):
+    """Spark's strict parse and the screen together: each line an event or a dead letter with
+    a reason, the same on both paths. (Lines of at most 100 kB: the test JVM's heap takes 30
+    of them through createDataFrame; the 30 MB line goes through a file in test_fuzz.)"""
+    from pyspark.sql import functions as F
+
+    from pidquota.streaming.query import screened, strict
+
+    rows = [(as_bytes(x), "f") for x in lines]
+    df = spark.createDataFrame(rows, "value binary, source_file string").select(
+        F.col("value").cast("string").alias("value"), "source_file"
+    )
+    counted = []
+    for frame in (screened(df, 256), strict(df, 256)):
+        pdf = frame.toPandas()
+        dead = [json.loads(d) for d in pdf["dead"].dropna()]
+        assert all(d["reason"] for d in dead)
+        events = sum(len(p) for p in pdf.loc[pdf["dead"].isna(), "producer_ids"])
+        counted.append((events, sorted((d["raw"], d["reason"]) for d in dead)))
+        assert events + len(dead) == len(lines)
+    assert counted[0] == counted[1]
