@@ -209,6 +209,56 @@ def sniff_offsets(ckpt: Path) -> Source | None:
     return None
 
 
+def _offsets(ckpt: Path, batch: int) -> dict | None:
+    """The source offset that ``offsets/BATCH`` ends at (its last line), or None."""
+    try:
+        lines = (ckpt / "offsets" / str(batch)).read_text(encoding="utf-8").split("\n")
+        offset = json.loads(next(x for x in reversed(lines) if x.strip()))
+    except (OSError, ValueError, StopIteration):
+        return None
+    return offset if isinstance(offset, dict) else None
+
+
+def failed_input(ckpt: Path) -> str | None:
+    """What the batch that failed read, from the checkpoint: the newest ``offsets/N`` with no
+    ``commits/N``, against ``offsets/N-1``. For files, the files of the ledger between the two
+    (``{"files": K}`` is a position in it); for Kafka, each partition's offsets. None when no
+    batch is pending or its source says nothing more (the demo, followed files).
+
+    Worked example: offsets/2 ``{"files": 5}``, offsets/1 ``{"files": 3}``, no commits/2:
+    ``batch 2, which read in/c.jsonl, in/d.jsonl``."""
+    from pidquota.streaming.sources import listing
+
+    try:
+        planned = [int(p.name) for p in (ckpt / "offsets").iterdir() if p.name.isdigit()]
+    except OSError:
+        return None
+    if not planned or (ckpt / "commits" / str(max(planned))).exists():
+        return None
+    batch = max(planned)
+    end, start = _offsets(ckpt, batch), _offsets(ckpt, batch - 1) or {}
+    if end is None:
+        return None
+    if set(end) == {"files"} and isinstance(end["files"], int):
+        try:
+            files = listing.read_ledger(ckpt / listing.LEDGER)[int(start.get("files", 0)) : end["files"]]
+        except PidquotaError:
+            return None
+        shown = ", ".join(f.path.removeprefix("file:") for f in files[:5]) + (
+            f" and {len(files) - 5} more" if len(files) > 5 else ""
+        )
+        return f"batch {batch}, which read {shown}" if files else None
+    if end and all(isinstance(v, dict) for v in end.values()):
+        spans = [
+            f"{topic} partition {part} offsets {(start.get(topic) or {}).get(part, 0)}..{int(last) - 1}"
+            for topic, parts in sorted(end.items())
+            for part, last in sorted(parts.items())
+            if isinstance(last, int) and last > (start.get(topic) or {}).get(part, 0)
+        ]
+        return f"batch {batch}, which read {'; '.join(spans)}" if spans else None
+    return None
+
+
 def check_reading(checkpoint: str, input_format: str, follow: bool) -> None:
     """Refuse a checkpoint whose input was read in another format, or followed where it is
     not now (or the other way round): its offsets would be misread, or its lines misjudged.

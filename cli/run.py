@@ -16,6 +16,7 @@ from pidquota.cli.common import add_config_flags, add_input_flags
 from pidquota.cli.signals import Signals, wait
 from pidquota.conf.durations import EXAMPLES, parse_duration_ms
 from pidquota.conf.errors import InputError, PidquotaError
+from pidquota.conf.paths import local_path
 from pidquota.conf.settings import memory_kib
 from pidquota.quota import QuotaSettings
 from pidquota.store.kafka import KafkaUrl
@@ -200,7 +201,15 @@ def _query_failed(error: BaseException, plan: run_plan.Plan, heap: str) -> Pidqu
     if known is not None:
         return known
     print(str(getattr(error, "desc", None) or error).rstrip(), file=sys.stderr)
-    return PidquotaError(f"the streaming query failed: {_first_line(error)}")
+    local = local_path(plan.checkpoint)
+    where = None if local is None else checkpoints.failed_input(local)
+    if where is None:
+        return PidquotaError(f"the streaming query failed: {_first_line(error)}")
+    return PidquotaError(
+        f"the streaming query failed at {where}: {_first_line(error)}. A record there stopped it, "
+        "and a run again stops at it again: move it out of the input (or start past it), and "
+        "report the record to pidquota's maintainers: no record should stop the stream"
+    )
 
 
 def _wrong_format(error: BaseException) -> InputError | None:

@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from pidquota.conf import jsontext
 from pidquota.conf.errors import CorruptStateError
 from pidquota.streaming.sources import sniff
 from pidquota.streaming.sources.listing import scan
@@ -160,10 +161,15 @@ class Follower:
             lines = self.ledger.read_text(encoding="utf-8").split("\n")[:-1]
         except FileNotFoundError:
             return []
+        except UnicodeDecodeError:  # pidquota writes ASCII JSON: another byte is damage
+            raise CorruptStateError(
+                f"{self.ledger} is damaged (bytes that are not UTF-8); it lists the followed files read to "
+                "their end. Start over with --fresh (or another --output)"
+            ) from None
         out = []
         for n, line in enumerate(lines, start=1):
             try:
-                d = json.loads(line)
+                d = jsontext.loads(line)
                 out.append((d["key"], Followed.from_json(d["file"])))
             except (ValueError, KeyError, TypeError, IndexError):
                 raise CorruptStateError(

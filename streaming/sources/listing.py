@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from pidquota.conf import jsontext
 from pidquota.conf.errors import CorruptStateError, InputError
 
 LEDGER = "pidquota-files.jsonl"
@@ -112,12 +113,17 @@ def read_ledger(path: str | Path) -> list[FileEntry]:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         return []
+    except UnicodeDecodeError:  # pidquota writes ASCII JSON: another byte is damage
+        raise CorruptStateError(
+            f"{path} is damaged (bytes that are not UTF-8); it lists the files this query has read. "
+            "Start over with --fresh (or another --output)"
+        ) from None
     lines = text.split("\n")
     complete, torn = lines[:-1], lines[-1]
     out = []
     for n, line in enumerate(complete, start=1):
         try:
-            d = json.loads(line)
+            d = jsontext.loads(line)
             out.append(FileEntry(d["path"], int(d["mtime_ns"]), int(d["size"])))
         except (ValueError, KeyError, TypeError):
             raise CorruptStateError(
