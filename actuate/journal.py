@@ -18,17 +18,28 @@ had set 200 writes ``{"control": {"kind": "quota", "entity_type": "user", "entit
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
+import logging
+import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from pidquota.actuate.controls import AclBinding, Control, QuotaKey
+from pidquota.actuate.mechanisms import deny_writes, user_name
+from pidquota.conf import jsontext
 from pidquota.conf.errors import PidquotaError
 from pidquota.store import kafka as kafka_store
+
+log = logging.getLogger("pidquota.actuate")
 
 
 class JournalError(PidquotaError):
     """The journal topic could not be read or written."""
+
+
+class ForeignRecord(ValueError):
+    """A journal record pidquota would not have written: skipped, never applied."""
 
 
 SETTING, SET, UNDOING = "setting", "set", "undoing"
@@ -59,11 +70,84 @@ class Entry:
 
     @classmethod
     def from_json(cls, raw: bytes) -> Entry:
-        body = json.loads(raw)
-        spec = dict(body.pop("control"))
-        kind = spec.pop("kind")
-        control = QuotaKey(**spec) if kind == "quota" else AclBinding(**spec)
-        return cls(control=control, **body)
+        """The entry a record holds, checked as strictly as pidquota writes it: the fields and
+        their types, and a control that one of pidquota's mechanisms sets for that principal
+        (:func:`fits`). Raises :class:`ForeignRecord` with the reason otherwise."""
+        body = _object(raw, {f.name for f in fields(cls)})
+        control = _control(body["control"])
+        principal, state, until = body["principal"], body["state"], body["until_ms"]
+        if not isinstance(principal, str) or not fits(control, principal):
+            raise ForeignRecord(f"{control.name} is not a control pidquota sets for {principal!r}")
+        if state not in (SETTING, SET, UNDOING):
+            raise ForeignRecord(f"state {jsontext.brief(state)} is not setting, set or undoing")
+        if isinstance(until, bool) or not isinstance(until, int) or until < 0:
+            raise ForeignRecord(f"until_ms {jsontext.brief(until)} is not a time in ms")
+        for name in ("before", "ours"):
+            if not _value_fits(control, body[name]):
+                raise ForeignRecord(f"{name} {jsontext.brief(body[name])} is not a value of {control.name}")
+        return cls(control, principal, body["before"], body["ours"], until, state)
+
+
+def fits(control: Control, principal: str) -> bool:
+    """Whether ``control`` is one that a mechanism of pidquota's sets for ``principal``: the
+    user's ``request_percentage``, an address's ``connection_creation_rate``, or one of
+    deny-writes' three DENY bindings. Anything else in the journal (another quota key,
+    another user's, an ALLOW, a wildcard principal) was not written by pidquota."""
+    name = user_name(principal)
+    if not principal.startswith("User:") or not name.strip() or name == "*":
+        return False
+    if isinstance(control, QuotaKey):
+        if control.entity_type == "user":
+            return control == QuotaKey("user", name, "request_percentage")
+        return (
+            control.entity_type == "ip"
+            and control.key == "connection_creation_rate"
+            and _is_ip(control.entity)
+        )
+    return control in {binding for binding, _ in deny_writes().controls(principal)}
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _value_fits(control: Control, value) -> bool:
+    if isinstance(control, AclBinding):
+        return isinstance(value, bool)
+    if value is None:
+        return True
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    )
+
+
+def _object(raw: bytes, names: set[str]) -> dict:
+    try:
+        body = jsontext.loads(raw)
+    except ValueError as exc:
+        raise ForeignRecord(f"not JSON ({exc})") from None
+    if not isinstance(body, dict) or set(body) != names:
+        got = sorted(body) if isinstance(body, dict) else type(body).__name__
+        raise ForeignRecord(f"not a journal entry: fields {got}, not {sorted(names)}")
+    return body
+
+
+def _control(spec) -> Control:
+    """A control from its JSON (a record's key, or its value's ``control``)."""
+    if not isinstance(spec, dict) or spec.get("kind") not in ("quota", "acl"):
+        raise ForeignRecord(f"control {jsontext.brief(spec)} is not a quota or an ACL")
+    kind = QuotaKey if spec["kind"] == "quota" else AclBinding
+    names = {f.name for f in fields(kind)}
+    args = {k: v for k, v in spec.items() if k != "kind"}
+    if set(args) != names or not all(isinstance(v, str) for v in args.values()):
+        raise ForeignRecord(
+            f"control {jsontext.brief(spec, 80)} does not have the fields of a {spec['kind']}"
+        )
+    return kind(**args)
 
 
 class Journal:
@@ -131,10 +215,20 @@ class Journal:
         finally:
             consumer.close()
 
-    @staticmethod
-    def _read(record, out: dict) -> None:
-        entry = None if record.value is None else Entry.from_json(record.value)
-        control = entry.control if entry else _control_of(record.key)
+    def _read(self, record, out: dict) -> None:
+        """One record into ``out``. A record pidquota would not have written (see
+        :meth:`Entry.from_json`; its key must be its control) is skipped with a warning:
+        anyone who may write the topic could have put it there (docs/enforcing.md says who may)."""
+        try:
+            control = _control_of(record.key)
+            entry = None if record.value is None else Entry.from_json(record.value)
+            if entry is not None and entry.control != control:
+                raise ForeignRecord(f"its key names {control.name}, its value {entry.control.name}")
+        except ForeignRecord as exc:
+            log.warning(
+                "pidquota: journal %r offset %s skipped, not applied: %s", self.topic, record.offset, exc
+            )
+            return
         if entry is None:
             out.pop(control, None)
         else:
@@ -169,10 +263,14 @@ def _key(control: Control) -> bytes:
     return json.dumps({"kind": kind, **asdict(control)}, sort_keys=True).encode()
 
 
-def _control_of(key: bytes) -> Control:
-    spec = json.loads(key)
-    kind = spec.pop("kind")
-    return QuotaKey(**spec) if kind == "quota" else AclBinding(**spec)
+def _control_of(key: bytes | None) -> Control:
+    if key is None:
+        raise ForeignRecord("a record without a key")
+    try:
+        spec = jsontext.loads(key)
+    except ValueError as exc:
+        raise ForeignRecord(f"its key is not JSON ({exc})") from None
+    return _control(spec)
 
 
 def _short(exc: Exception) -> str:

@@ -168,3 +168,46 @@ def test_a_dry_run_changes_nothing(cluster):
     clock.t += 61
     [row] = actuator({})
     assert row.action == "undo" and row.dry_run
+
+
+def test_a_journal_with_foreign_and_crafted_records_changes_nothing_and_lift_restores(cluster):
+    """Issue 45 §4 on the broker: crafted expired records for another user's byte rate and an
+    ALLOW ALL, a non-JSON, a null-valued and an extra-field record sit in the journal beside
+    pidquota's own; the restart and lift apply none of them, and pidquota's control comes back
+    exactly as the operator had it."""
+    import json
+
+    from kafka import KafkaProducer
+
+    controls, journal, options = cluster
+    victim, offender = _user(), _user()
+    controls.write(QuotaKey("user", victim, "producer_byte_rate"), 1_048_576.0)
+    controls.write(QuotaKey("user", offender, "request_percentage"), 200.0)
+    first = Actuator(request_quota(1.0), RAILS, controls, journal, Clock())
+    first({f"User:{offender}": int(T0 * 1000)})
+    assert controls.quotas("user", offender) == {"request_percentage": 1.0}
+
+    byte_rate = QuotaKey("user", victim, "producer_byte_rate")
+    allow = AclBinding(f"User:{victim}", "ALL", "ALLOW", "TOPIC", "*")
+    crafted = [
+        (byte_rate, Entry(byte_rate, f"User:{victim}", None, 1_048_576.0, 0).to_json()),
+        (allow, Entry(allow, f"User:{victim}", False, True, 2**62, "setting").to_json()),
+        (byte_rate, b"not json"),
+        (allow, b"null"),
+        (byte_rate, json.dumps({"extra": 1}).encode()),
+    ]
+    producer = KafkaProducer(bootstrap_servers=options["kafka.bootstrap.servers"])
+    for control, value in crafted:
+        kind = "quota" if isinstance(control, QuotaKey) else "acl"
+        key = json.dumps({"kind": kind, **control.__dict__}, sort_keys=True).encode()
+        producer.send(journal.topic, key=key, value=value).get(timeout=10)
+    producer.close()
+
+    again = Actuator(request_quota(1.0), RAILS, Controls(options), Journal(options, journal.topic), Clock())
+    rows = again.reconcile()
+    assert {r.principal for r in rows} == {f"User:{offender}"}
+    assert controls.quotas("user", victim) == {"producer_byte_rate": 1_048_576.0}
+    assert not controls.read(allow)
+    assert [r.action for r in again.lift_all()] == ["undo"]
+    assert controls.quotas("user", offender) == {"request_percentage": 200.0}
+    assert controls.quotas("user", victim) == {"producer_byte_rate": 1_048_576.0}

@@ -1,0 +1,111 @@
+"""The journal's reader trusts nothing it did not write (issues 44 and 45 §4): a record that is
+not JSON, null, has another field, a control pidquota never sets (another quota key, another
+user's, an ALLOW, a wildcard) or a value of the wrong type is skipped with a warning; the
+others load as before."""
+
+from __future__ import annotations
+
+import json
+import logging
+from types import SimpleNamespace
+
+import pytest
+from harness.hostile import FAST, NUMBERS, as_bytes, deep, json_values
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pidquota.actuate.controls import AclBinding, QuotaKey
+from pidquota.actuate.journal import SET, Entry, Journal, _key
+
+QUOTA = QuotaKey("user", "crash", "request_percentage")
+GOOD = Entry(QUOTA, "User:crash", 200.0, 1.0, 1_800_000_000_000, SET)
+
+
+def _record(key, value, offset=0):
+    return SimpleNamespace(key=key, value=value, offset=offset)
+
+
+def _load(*records) -> dict:
+    out: dict = {}
+    journal = Journal({}, "pidquota-actions")
+    for r in records:
+        journal._read(r, out)
+    return out
+
+
+def _body(**change) -> bytes:
+    body = json.loads(GOOD.to_json())
+    body.update(change)
+    return json.dumps(body).encode()
+
+
+def test_pidquota_s_own_records_load():
+    acl = Entry(AclBinding("User:crash", "WRITE", "DENY", "TOPIC", "*"), "User:crash", False, True, 5, SET)
+    ip = Entry(QuotaKey("ip", "fe80::1%eth-0", "connection_creation_rate"), "User:crash", None, 1.0, 5)
+    out = _load(*(_record(_key(e.control), e.to_json()) for e in (GOOD, acl, ip)))
+    assert out == {GOOD.control: GOOD, acl.control: acl, ip.control: ip}
+    assert _load(_record(_key(QUOTA), GOOD.to_json()), _record(_key(QUOTA), None)) == {}  # a tombstone
+
+
+CRAFTED = {
+    "not JSON": b"hello",
+    "null": b"null",
+    "an extra field": _body(extra=1),
+    "a missing field": json.dumps(
+        {k: v for k, v in json.loads(GOOD.to_json()).items() if k != "state"}
+    ).encode(),
+    "until_ms a string": _body(until_ms="soon"),
+    "another quota key": _body(
+        control={**json.loads(GOOD.to_json())["control"], "key": "producer_byte_rate"}
+    ),
+    "another user's quota": _body(control={**json.loads(GOOD.to_json())["control"], "entity": "bob"}),
+    "an ALLOW": _body(
+        control={
+            "kind": "acl",
+            **json.loads(json.dumps(AclBinding("User:crash", "ALL", "ALLOW", "TOPIC", "*").__dict__)),
+        },
+        before=False,
+        ours=True,
+    ),
+    "User:*": _body(principal="User:*", control={**json.loads(GOOD.to_json())["control"], "entity": "*"}),
+    "an empty user": _body(
+        principal="User:", control={**json.loads(GOOD.to_json())["control"], "entity": ""}
+    ),
+    "a boolean quota": _body(ours=True),
+    "NaN": GOOD.to_json().replace(b"200.0", b"NaN"),
+    "an unknown state": _body(state="done"),
+}
+
+
+@pytest.mark.parametrize("why", sorted(CRAFTED))
+def test_a_record_pidquota_did_not_write_is_skipped_with_a_warning(why, caplog):
+    """Written over pidquota's own record of the same control: the control stays pidquota's."""
+    with caplog.at_level(logging.WARNING, "pidquota.actuate"):
+        out = _load(_record(_key(QUOTA), GOOD.to_json()), _record(_key(QUOTA), CRAFTED[why], offset=7))
+    assert out == {GOOD.control: GOOD}
+    assert "offset 7 skipped, not applied" in caplog.text
+
+
+def test_a_key_that_does_not_match_its_value_is_skipped(caplog):
+    with caplog.at_level(logging.WARNING, "pidquota.actuate"):
+        assert _load(_record(_key(QuotaKey("user", "bob", "request_percentage")), GOOD.to_json())) == {}
+    assert "its key names" in caplog.text
+
+
+@FAST
+@given(
+    st.none()
+    | deep().map(as_bytes)
+    | st.binary(max_size=60)
+    | json_values.map(lambda v: json.dumps(v).encode()),
+    st.none()
+    | deep().map(as_bytes)
+    | st.binary(max_size=60)
+    | st.sampled_from(list(CRAFTED.values()))
+    | st.sampled_from(NUMBERS).map(
+        lambda n: _body(until_ms=0).replace(b'"until_ms": 0', b'"until_ms": ' + n.encode())
+    )
+    | json_values.map(lambda v: _body(before=v)),
+)
+def test_no_record_makes_the_reader_raise(key, value):
+    _load(_record(key, value))
