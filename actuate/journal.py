@@ -29,6 +29,7 @@ from pidquota.actuate.controls import AclBinding, Control, QuotaKey
 from pidquota.actuate.mechanisms import deny_writes, user_name
 from pidquota.conf import jsontext
 from pidquota.conf.errors import PidquotaError
+from pidquota.conf.settings import principal_problem
 from pidquota.store import kafka as kafka_store
 
 log = logging.getLogger("pidquota.actuate")
@@ -93,9 +94,9 @@ def fits(control: Control, principal: str) -> bool:
     user's ``request_percentage``, an address's ``connection_creation_rate``, or one of
     deny-writes' three DENY bindings. Anything else in the journal (another quota key,
     another user's, an ALLOW, a wildcard principal) was not written by pidquota."""
-    name = user_name(principal)
-    if not principal.startswith("User:") or not name.strip() or name == "*":
+    if principal_problem(principal) is not None:
         return False
+    name = user_name(principal)
     if isinstance(control, QuotaKey):
         if control.entity_type == "user":
             return control == QuotaKey("user", name, "request_percentage")

@@ -17,8 +17,9 @@
 
 Worked example: ``request_quota(1).controls("User:alice")`` is
 ``[(QuotaKey("user", "alice", "request_percentage"), 1.0)]``; with the addresses
-``("10.0.0.5",)``, ``quota_and_connections(1, 0.5).controls`` adds
-``(QuotaKey("ip", "10.0.0.5", "connection_creation_rate"), 0.5)``.
+``("10.0.0.5",)``, ``quota_and_connections(1, 2).controls`` adds
+``(QuotaKey("ip", "10.0.0.5", "connection_creation_rate"), 2.0)`` (a whole rate: Kafka refuses a
+fractional one).
 """
 
 from __future__ import annotations

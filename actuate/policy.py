@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pidquota.conf.settings import principal_problem
+
 USER = "User:"
 NOT_A_USER = (
     "not a Kafka user: no quota or ACL can name it (a topic's PIDs without a known owner: "
@@ -68,6 +70,8 @@ def plan(throttled: Mapping[str, int], acted: Mapping[str, int], now_ms: int, ra
             out.skipped[principal] = "allow-list"
         elif not principal.startswith(USER):
             out.skipped[principal] = NOT_A_USER
+        elif (why := principal_problem(principal)) is not None:
+            out.skipped[principal] = f"never sent to the cluster: {why}"
         elif end <= now_ms:
             continue
         elif room <= 0:

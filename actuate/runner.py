@@ -31,6 +31,7 @@ from pidquota.actuate.journal import Journal, JournalError
 from pidquota.actuate.mechanisms import deny_writes, quota_and_connections, request_quota
 from pidquota.actuate.policy import Rails
 from pidquota.conf.errors import ConfigError
+from pidquota.conf.settings import principal_list
 from pidquota.quota.user_state import UserState, finite
 
 log = logging.getLogger("pidquota.actuate")
@@ -65,7 +66,7 @@ def mechanism_of(config):
 
 
 def rails_of(config) -> Rails:
-    allow = frozenset(p.strip() for p in config["pidquota.actuator.allow"].split(",") if p.strip())
+    allow = frozenset(principal_list(config["pidquota.actuator.allow"]))
     return Rails(config["pidquota.actuator.hold.ms"], config["pidquota.actuator.max.principals"], allow)
 
 

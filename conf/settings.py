@@ -59,11 +59,66 @@ def _zone_problem(name: str) -> str | None:
     return None
 
 
+def principal_list(text: str) -> list[str]:
+    """A comma-separated list of principals, where a principal that holds commas (an SSL
+    distinguished name) is double-quoted or has its commas escaped with a backslash.
+
+    Worked example: ``User:admin, "User:CN=broker,OU=kafka,O=org", User:CN=a\\,O=b`` is
+    ``["User:admin", "User:CN=broker,OU=kafka,O=org", "User:CN=a,O=b"]``."""
+    out, word, quoted, escaped = [], [], False, False
+    for c in text:
+        if escaped:
+            word.append(c)
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif c == '"':
+            quoted = not quoted
+        elif c == "," and not quoted:
+            out.append("".join(word).strip())
+            word = []
+        else:
+            word.append(c)
+    out.append("".join(word).strip())
+    return [p for p in out if p]
+
+
+def principal_problem(principal: str) -> str | None:
+    """Why pidquota must never send ``principal`` to a cluster as a user, or None. Kafka
+    matches a principal's type exactly (``User``), reads ``User:*`` in an ACL as every user,
+    and refuses an empty quota user."""
+    kind, colon, name = principal.partition(":")
+    if not colon:
+        return f"{principal!r}, which is not a principal (User:NAME)"
+    if kind != "User":
+        if kind.lower() == "user":
+            return f"{principal!r}: Kafka's principal types are case-sensitive: write User:{name}"
+        return f"{principal!r} is not a Kafka user (User:NAME)"
+    if not name.strip():
+        return f"{principal!r} has no name"
+    if name == "*":
+        return f"{principal!r} is Kafka's wildcard: in an ACL it means every user"
+    return None
+
+
 def _principals_problem(text: str) -> str | None:
-    """A comma-separated list of TYPE:NAME principals, or empty."""
-    bad = [p for p in (p.strip() for p in text.split(",")) if p and (":" not in p or p.endswith(":"))]
-    if bad:
-        return f"has {bad[0]!r}, which is not a principal; write them as User:NAME, comma-separated"
+    """A comma-separated list of User:NAME principals (quoted or escaped when they hold a
+    comma), or empty."""
+    if text.count('"') % 2:
+        return 'has an unclosed \'"\'; quote a principal that holds commas whole, e.g. "User:CN=a,O=b"'
+    for principal in principal_list(text):
+        why = principal_problem(principal)
+        if why is not None:
+            return f"has {why}; write them as User:NAME, comma-separated (quote a name that holds a comma)"
+    return None
+
+
+def _whole_problem(value: float) -> str | None:
+    """Kafka's connection_creation_rate is an integer: the broker refuses 0.5 (error 42)."""
+    if value != int(value):
+        return (
+            f"is {value:g}, and the broker refuses a fractional connection_creation_rate: give a whole number"
+        )
     return None
 
 
@@ -673,9 +728,11 @@ SETTINGS: tuple[Setting, ...] = (
         "One new connection a second, measured: a crash loop needs one per restart, so its new "
         "PIDs fell to a few a minute; connections already open are not touched.",
         "connection_creation_rate (new connections per second, per broker) that "
-        "request-quota+connection-rate sets on an offender's own client address.",
-        min=0.01,
+        "request-quota+connection-rate sets on an offender's own client address (a whole "
+        "number: Kafka refuses a fractional one).",
+        min=1,
         max=1_000_000,
+        check=_whole_problem,
     ),
     Setting(
         "pidquota.actuator.request.percentage",

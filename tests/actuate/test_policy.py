@@ -1,5 +1,7 @@
 """actuate/policy.py: who is acted on, for how long, and the rails (pure, clock-free)."""
 
+import pytest
+
 from pidquota.actuate.policy import NOT_A_USER, Rails, plan
 
 S = 1000
@@ -50,3 +52,62 @@ def test_a_principal_that_is_not_a_user_is_never_sent_to_the_cluster():
     out = plan({"Topic:orders": 9 * S, "User:a": 5 * S, "User:b": 4 * S}, {}, 0, RAILS)
     assert out.skipped == {"Topic:orders": NOT_A_USER} and "owner" in NOT_A_USER
     assert set(out.apply) == {"User:a", "User:b"}
+
+
+# -- principals that must never reach a cluster (issue 45 §5) ---------------------------------
+
+
+@pytest.mark.parametrize("principal", ["User:*", "User:", "User:  ", "user:admin"])
+def test_a_wildcard_an_empty_or_a_miscased_user_is_never_acted_on(principal):
+    out = plan({principal: 10_000}, {}, 0, Rails(hold_ms=1000, cap=5))
+    assert out.apply == {} and principal in out.skipped
+
+
+def test_the_cap_is_not_spent_on_a_principal_that_is_skipped():
+    out = plan({"User:*": 10_000, "User:": 10_000, "User:a": 10_000}, {}, 0, Rails(hold_ms=1000, cap=1))
+    assert list(out.apply) == ["User:a"]
+
+
+def test_the_allow_list_takes_quoted_and_escaped_ssl_names():
+    from pidquota.actuate.runner import rails_of
+    from pidquota.conf.loader import load
+
+    text = 'User:admin, "User:CN=broker,OU=kafka,O=org", User:CN=a\\,O=b'
+    rails = rails_of(load(overrides={"pidquota.actuator.allow": text}, environ={}))
+    assert rails.allow == {"User:admin", "User:CN=broker,OU=kafka,O=org", "User:CN=a,O=b"}
+    dn = "User:CN=broker,OU=kafka,O=org"
+    assert plan({dn: 10_000}, {}, 0, rails).skipped == {dn: "allow-list"}
+
+
+@pytest.mark.parametrize(
+    "allow, why",
+    [
+        ("User:*", "wildcard"),
+        ("User:a,User:", "has no name"),
+        ("user:admin", "case-sensitive: write User:admin"),
+        ('"User:CN=a,O=b', "unclosed"),
+    ],
+)
+def test_an_allow_list_kafka_would_read_otherwise_is_refused_at_start_up(allow, why):
+    from pidquota.conf.errors import ConfigError
+    from pidquota.conf.loader import load
+
+    with pytest.raises(ConfigError, match=why):
+        load(overrides={"pidquota.actuator.allow": allow}, environ={})
+
+
+def test_a_fractional_connection_rate_is_refused_at_start_up():
+    """Issue 45 §7: the broker refuses a fractional connection_creation_rate (error 42)."""
+    from pidquota.conf.errors import ConfigError
+    from pidquota.conf.loader import load
+
+    with pytest.raises(ConfigError, match="fractional connection_creation_rate"):
+        load(overrides={"pidquota.actuator.connection.rate": "2.5"}, environ={})
+    with pytest.raises(ConfigError, match="expected >= 1"):
+        load(overrides={"pidquota.actuator.connection.rate": "0.5"}, environ={})
+    assert (
+        load(overrides={"pidquota.actuator.connection.rate": "3"}, environ={})[
+            "pidquota.actuator.connection.rate"
+        ]
+        == 3
+    )
