@@ -67,6 +67,9 @@ class Actuator:
         self.acted: dict[str, int] = {}  # principal -> until_ms
         self.theirs: dict[Control, str] = {}  # controls the operator set as strict -> the acted principal
         self.addresses: dict[str, tuple[str, ...]] = {}  # principal -> the addresses it has to itself
+        # principal -> its controls undone while it is still acted on (one undo failed, or the
+        # operator took one back): never set again until the principal is let go
+        self.ended: dict[str, set[Control]] = {}
 
     def _now(self) -> int:
         return int(self.clock() * 1000)
@@ -102,9 +105,12 @@ class Actuator:
         for principal, seen in (addresses or {}).items():  # its newest own addresses now
             self.addresses[principal] = tuple(a for a in seen if a not in shared)
         todo = plan(throttled, self.acted, now, self.rails)
-        rows += [Action(now, p, "skipped", self.mechanism.name, note=why) for p, why in todo.skipped.items()]
+        releasing = set(todo.undo)  # its controls go, and none comes back: they live and die together
         for principal in todo.undo:
             rows += self._release(principal, now)
+        if todo.undo:  # the slots the undos freed, for this batch; a pending undo still holds one
+            todo = plan(throttled, self.acted, now, self.rails)
+        rows += [Action(now, p, "skipped", self.mechanism.name, note=why) for p, why in todo.skipped.items()]
         for principal in set(self.addresses) - set(self.acted) - set(todo.apply):
             del self.addresses[principal]  # throttled but skipped (allow-list, capped): nothing held
         for principal, until in todo.apply.items():
@@ -112,7 +118,7 @@ class Actuator:
         for principal, until in todo.extend.items():
             rows += self._extend(principal, until, now)
         if not self.dry_run:  # what an earlier batch could not set: tried again
-            for principal in sorted(set(self.acted) - set(todo.apply)):
+            for principal in sorted(set(self.acted) - set(todo.apply) - releasing):
                 rows += self._act(principal, self.acted[principal], now, missing_only=True)
         return rows
 
@@ -164,9 +170,12 @@ class Actuator:
         set. The principal is acted on from the first try: what fails is tried again at each
         batch, and whatever was set is undone when its time is up."""
         rows = []
+        ended = self.ended.get(principal, set())
         for control, ours in self.mechanism.controls(principal, self.addresses.get(principal, ())):
             held = self.entries.get(control)
-            if missing_only and (control in self.theirs or (held is not None and held.state != SETTING)):
+            if missing_only and (
+                control in self.theirs or control in ended or (held is not None and held.state != SETTING)
+            ):
                 continue
             rows.append(self._apply(principal, control, ours, until, now))
         self.acted[principal] = until
@@ -201,6 +210,7 @@ class Actuator:
         if not self._holds(principal):
             self.acted.pop(principal, None)
             self.addresses.pop(principal, None)
+            self.ended.pop(principal, None)
             self.theirs = {c: p for c, p in self.theirs.items() if p != principal}
         return rows
 
@@ -212,18 +222,10 @@ class Actuator:
             return self._ensure(self.entries[control], now)
         try:
             before = self.controls.read(control)
-            if _as_strict(control, before, ours):
+            effective, whose = self._effective(control, before)
+            if _as_strict(control, effective, ours):
                 self.theirs[control] = principal
-                return Action(
-                    now,
-                    principal,
-                    "keep",
-                    control.name,
-                    before,
-                    before,
-                    until,
-                    note="the operator's own, as strict",
-                )
+                return Action(now, principal, "keep", control.name, before, effective, until, note=whose)
             entry = Entry(control, principal, before, ours, until, SETTING)
             self.journal.write(entry)  # first: a crash after it is seen at the restart
             self.entries[control] = entry
@@ -232,6 +234,20 @@ class Actuator:
         except (ControlError, JournalError) as exc:
             return self._failed(principal, control, now, exc)
         return Action(now, principal, "apply", control.name, before, ours, until)
+
+    def _effective(self, control: Control, before) -> tuple[object, str]:
+        """The value that applies to the principal now, Kafka's precedence included: a quota
+        key the entity does not have falls back to the entity type's ``<default>``, which a
+        user-level value would override, so a stricter default must be kept, never loosened.
+        With the note an action row gives when the operator's value is kept."""
+        if isinstance(control, QuotaKey) and before is None and hasattr(self.controls, "default_quota"):
+            default = self.controls.default_quota(control)
+            if default is not None:
+                return default, (
+                    f"the operator's {control.entity_type} <default> ({shown_value(default)}) is as strict: "
+                    "a quota on the entity would loosen it"
+                )
+        return before, "the operator's own, as strict"
 
     def _journal(self, entry: Entry) -> None:
         """Record how far a change got; a record that is not written leaves the last one, which
@@ -295,6 +311,7 @@ class Actuator:
             self.entries[control] = entry
             return self._failed(entry.principal, control, now, exc)
         self.entries.pop(control, None)
+        self.ended.setdefault(entry.principal, set()).add(control)
         return row
 
     def _failed(self, principal: str, control: Control, now: int, exc: Exception) -> Action:

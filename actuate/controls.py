@@ -147,6 +147,23 @@ class Controls:
                 out.update({v.key: v.value for v in entry.values})
         return out
 
+    def default_quota(self, key: QuotaKey) -> float | None:
+        """``key``'s value on the entity type's ``<default>`` entity (``kafka-configs.sh
+        --entity-default``), which applies to every entity of the type without a value of its
+        own: a value set on the entity overrides it (Kafka's precedence)."""
+        from kafka.protocol.admin import DescribeClientQuotasRequest
+
+        what = f"describe the quotas of the {key.entity_type} <default>"
+        component = DescribeClientQuotasRequest.ComponentData(
+            entity_type=key.entity_type, match_type=1, match=None
+        )
+        response = self._send(DescribeClientQuotasRequest(components=[component], strict=True), what)
+        _check(response, what)
+        for entry in response.entries or []:
+            if [(e.entity_type, e.entity_name) for e in entry.entity] == [(key.entity_type, None)]:
+                return next((v.value for v in entry.values if v.key == key.key), None)
+        return None
+
     def _read_quota(self, key: QuotaKey) -> float | None:
         return self.quotas(key.entity_type, key.entity).get(key.key)
 

@@ -8,7 +8,9 @@ throttled to the wall-clock ms its throttle ends (the batch's time plus the user
 
 Rails: a principal on the ``allow`` list is never acted on (the brokers' own principal,
 admins); at most ``cap`` principals are acted on at once, the others are reported
-``capped`` and tried again at the next batch. Only a ``User:`` principal is a Kafka user
+``capped`` and tried again at the next batch. A principal whose undo is due still holds its
+slot until the actuator has let it go (an undo can fail and be pending for batches); the
+actuator plans again after its undos, so a slot they free is used in the same batch. Only a ``User:`` principal is a Kafka user
 that quotas and ACLs can name: another (``Topic:orders``, the log audit's name for a
 topic's PIDs when no owner is known) is reported ``skipped`` once, never sent to the
 cluster.
@@ -16,7 +18,7 @@ cluster.
 Worked example: hold 60 s, cap 2. At t=0 ``User:a`` is throttled until t=5 s and
 ``User:b`` until t=2 s: both are applied, ``a`` until 65 s and ``b`` until 62 s. At t=10 s
 ``User:c`` is throttled too: capped (2 already). At t=63 s nothing is throttled: ``b`` is
-undone, ``a`` is kept; at t=66 s ``a`` is undone.
+to be undone, ``a`` is kept; at t=66 s ``a`` is undone.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def plan(throttled: Mapping[str, int], acted: Mapping[str, int], now_ms: int, ra
             out.undo.append(principal)  # an allow-listed principal acted on before the list said so
         elif end > until:
             out.extend[principal] = end
-    room = rails.cap - (len(acted) - len(out.undo))
+    room = rails.cap - len(acted)  # a principal whose undo is pending holds its slot until it is let go
     for principal in sorted(throttled, key=lambda p: (-throttled[p], p)):
         end = throttled[principal] + rails.hold_ms
         if principal in acted:

@@ -211,3 +211,51 @@ def test_a_journal_with_foreign_and_crafted_records_changes_nothing_and_lift_res
     assert [r.action for r in again.lift_all()] == ["undo"]
     assert controls.quotas("user", offender) == {"request_percentage": 200.0}
     assert controls.quotas("user", victim) == {"producer_byte_rate": 1_048_576.0}
+
+
+def test_the_operator_s_stricter_default_is_kept_on_the_broker(cluster):
+    """Issue 45 §6: with the user <default> at request_percentage 0.5, a user-level 1.0 would
+    loosen it (Kafka's precedence: the user's own value wins); pidquota keeps the default."""
+    from pidquota.actuate.controls import QuotaKey as Q
+
+    controls, journal, _ = cluster
+    crash = _user()
+    # the test's own clients are User:ANONYMOUS: a value of its own keeps the default off them
+    anonymous = Q("user", "ANONYMOUS", "request_percentage")
+    controls.write(anonymous, 100_000.0)
+    try:
+        _set_default(controls, 0.5)
+        assert controls.default_quota(Q("user", crash, "request_percentage")) == 0.5
+        [row] = Actuator(request_quota(1.0), RAILS, controls, journal, Clock())(
+            {f"User:{crash}": int(T0 * 1000)}
+        )
+        assert row.action == "keep" and "<default> (0.5)" in row.note
+        assert controls.quotas("user", crash) == {} and journal.load() == {}
+    finally:
+        _set_default(controls, None)
+        controls.write(anonymous, None)
+    assert controls.default_quota(Q("user", crash, "request_percentage")) is None
+
+
+def _set_default(controls, value) -> None:
+    """The user <default> entity's request_percentage (AlterClientQuotas with a null name)."""
+    from kafka.protocol.admin import AlterClientQuotasRequest
+
+    entry = AlterClientQuotasRequest.EntryData(
+        entity=[AlterClientQuotasRequest.EntryData.EntityData(entity_type="user", entity_name=None)],
+        ops=[
+            AlterClientQuotasRequest.EntryData.OpData(
+                key="request_percentage", value=0.0 if value is None else value, remove=value is None
+            )
+        ],
+    )
+    response = controls._send(
+        AlterClientQuotasRequest(entries=[entry], validate_only=False), "set the default"
+    )
+    assert all(not r.error_code for r in response.entries)
+    import time
+
+    deadline = time.monotonic() + 3
+    probe = QuotaKey("user", "x", "request_percentage")
+    while controls.default_quota(probe) != value and time.monotonic() < deadline:
+        time.sleep(0.05)

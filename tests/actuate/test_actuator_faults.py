@@ -173,3 +173,109 @@ def test_a_crash_mid_undo_is_finished_at_the_restart(state):
     cluster.values[KEY] = 200.0 if state == "undoing" else 1.0
     [row] = act.reconcile()
     assert row.action == "undo" and cluster.values[KEY] == 200.0 and journal.records == {}
+
+
+# -- issue 45 §2: a principal's controls live and die together -------------------------------
+
+DENY_TOPIC = deny_writes().controls("User:crash")[1][0]
+
+
+def test_one_failed_undo_never_brings_the_principal_s_other_controls_back():
+    act, cluster, _, clock = _actuator(deny_writes())
+    act({"User:crash": NOW})
+    assert all(cluster.values.get(c) for c, _ in deny_writes().controls("User:crash"))
+    cluster.refuse = {DENY_TOPIC}  # one ACL delete fails after the hold
+    clock.t += 120
+    act({})
+    before = list(cluster.log)
+    for _ in range(3):
+        clock.t += 10
+        rows = act({})
+        assert [r.action for r in rows] == ["failed"], rows  # the one undo, tried again; nothing applied
+    assert [e for e in cluster.log[len(before) :] if e[0] == "write"] == []
+    cluster.refuse = set()
+    clock.t += 10
+    assert [r.action for r in act({})] == ["undo"]
+    assert not any(cluster.values.get(c) for c, _ in deny_writes().controls("User:crash"))
+    assert act.acted == {}
+
+
+def test_a_control_the_operator_removed_while_pidquota_was_down_is_not_created_again():
+    act, cluster, journal, clock = _actuator(deny_writes())
+    act({"User:crash": NOW + 600_000})
+    cluster.values[DENY_TOPIC] = False  # the operator deletes pidquota's DENY on topic *
+    restarted = Actuator(deny_writes(), RAILS, cluster, journal, clock)
+    restarted.reconcile()
+    clock.t += 10
+    restarted({"User:crash": NOW + 600_000})
+    assert cluster.values[DENY_TOPIC] is False
+
+
+def test_an_expired_setting_entry_whose_undo_finds_the_journal_down_is_not_set_again():
+    act, cluster, journal, clock = _actuator()
+    journal.write(Entry(KEY, "User:crash", None, 1.0, NOW - 1, "setting"))
+    journal.down = True
+    rows = act.reconcile()
+    assert [r.action for r in rows] == ["failed"]
+    clock.t += 10
+    act({})
+    assert cluster.values.get(KEY) is None and not any(e[0] == "write" for e in cluster.log)
+
+
+# -- issue 45 §3: what is pending counts against the cap ------------------------------------
+
+
+def test_principals_whose_undo_is_pending_count_against_the_cap():
+    cluster, clock = Cluster(), Clock()
+    act = Actuator(request_quota(1.0), Rails(hold_ms=60_000, cap=2), cluster, FakeJournal(cluster), clock)
+    act({"User:a": NOW, "User:b": NOW})
+    cluster.refuse = {"all"}
+    clock.t += 120
+    act({})  # both undos fail: still held
+    cluster.refuse = set()
+    cluster.refuse = {
+        QuotaKey("user", "a", "request_percentage"),
+        QuotaKey("user", "b", "request_percentage"),
+    }
+    rows = act({"User:c": NOW + 200_000, "User:d": NOW + 200_000})
+    assert {r.principal: r.action for r in rows if r.principal in ("User:c", "User:d")} == {
+        "User:c": "skipped",
+        "User:d": "skipped",
+    }
+    assert cluster.values.get(QuotaKey("user", "c", "request_percentage")) is None
+
+
+def test_a_slot_freed_by_an_undo_is_used_in_the_same_batch():
+    cluster, clock = Cluster(), Clock()
+    act = Actuator(request_quota(1.0), Rails(hold_ms=60_000, cap=1), cluster, FakeJournal(cluster), clock)
+    act({"User:a": NOW})
+    clock.t += 120
+    rows = act({"User:c": NOW + 200_000})
+    assert {(r.principal, r.action) for r in rows} == {("User:a", "undo"), ("User:c", "apply")}
+
+
+# -- issue 45 §6: the operator's stricter default wins --------------------------------------
+
+
+class DefaultsCluster(Cluster):
+    def __init__(self, defaults: dict):
+        super().__init__()
+        self.defaults = defaults  # (entity_type, key) -> the <default> entity's value
+
+    def default_quota(self, control):
+        return self.defaults.get((control.entity_type, control.key))
+
+
+def test_a_stricter_default_is_never_loosened_by_a_user_level_quota():
+    cluster = DefaultsCluster({("user", "request_percentage"): 0.5})
+    act = Actuator(request_quota(1.0), RAILS, cluster, FakeJournal(cluster), Clock())
+    [row] = act({"User:crash": NOW})
+    assert row.action == "keep" and "<default>" in row.note and row.value == 0.5
+    assert cluster.values.get(KEY) is None
+
+
+def test_a_looser_default_is_tightened_as_before():
+    cluster = DefaultsCluster({("user", "request_percentage"): 200.0})
+    act = Actuator(request_quota(1.0), RAILS, cluster, FakeJournal(cluster), Clock())
+    [row] = act({"User:crash": NOW})
+    assert row.action == "apply" and cluster.values[KEY] == 1.0
