@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from pidquota.actuate.controls import AclBinding, Control, ControlError, QuotaKey, same_value, shown_value
-from pidquota.actuate.journal import SET, SETTING, UNDOING, Entry, JournalError
+from pidquota.actuate.journal import SET, SETTING, UNDOING, Entry, JournalError, JournalFenced
 from pidquota.actuate.mechanisms import Mechanism
 from pidquota.actuate.policy import Rails, plan
 
@@ -70,6 +70,7 @@ class Actuator:
         # principal -> its controls undone while it is still acted on (one undo failed, or the
         # operator took one back): never set again until the principal is let go
         self.ended: dict[str, set[Control]] = {}
+        self.fenced: JournalFenced | None = None  # another run took the journal over: act no more
 
     def _now(self) -> int:
         return int(self.clock() * 1000)
@@ -100,6 +101,8 @@ class Actuator:
         ``addresses``, to the client addresses each has to itself (an address-based mechanism
         acts on them too, and on one that turns up later while the principal is acted on);
         ``shared``: addresses now seen from another principal too, whose controls are undone."""
+        if self.fenced is not None:
+            return []
         now = self._now()
         rows = self._unshare(shared, now) if shared else []
         for principal, seen in (addresses or {}).items():  # its newest own addresses now
@@ -154,7 +157,10 @@ class Actuator:
         return [(e, self.controls.read(e.control)) for e in self.journal.load().values()]
 
     def lift_all(self) -> list[Action]:
-        """Undo everything this actuator holds now (the run's end)."""
+        """Undo everything this actuator holds now (the run's end); nothing once fenced: the
+        journal's new owner holds it."""
+        if self.fenced is not None:
+            raise self.fenced
         now = self._now()
         rows = []
         for principal in sorted(self.acted):
@@ -315,6 +321,11 @@ class Actuator:
         return row
 
     def _failed(self, principal: str, control: Control, now: int, exc: Exception) -> Action:
+        if isinstance(exc, JournalFenced):
+            if self.fenced is None:
+                log.warning("pidquota: actuator: %s", exc)
+            self.fenced = exc
+            return Action(now, principal, "failed", control.name, note=str(exc))
         log.warning("pidquota: actuator: %s (tried again at the next batch)", exc)
         return Action(now, principal, "failed", control.name, note=str(exc))
 

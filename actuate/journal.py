@@ -39,6 +39,10 @@ class JournalError(PidquotaError):
     """The journal topic could not be read or written."""
 
 
+class JournalFenced(JournalError):
+    """Another run (or ``pidquota actuator lift``) claimed the journal: this one acts no more."""
+
+
 class ForeignRecord(ValueError):
     """A journal record pidquota would not have written: skipped, never applied."""
 
@@ -152,11 +156,40 @@ def _control(spec) -> Control:
 
 
 class Journal:
-    """The journal topic (one partition, compacted), created if missing."""
+    """The journal topic (one partition, compacted), created if missing.
+
+    One owner at a time: :meth:`claim` opens a transactional producer whose id is the topic's
+    (``pidquota-journal-TOPIC``), and Kafka fences any earlier producer of that id, so a second
+    run on the same journal (or ``pidquota actuator lift``) takes it over, and the first run's
+    next write fails with :class:`JournalFenced` before it changes anything (each change is
+    journalled first). The journal is read with read_committed, after the claim: the new owner
+    sees every record the old one committed, so "the operator's value" is never read from a
+    control pidquota itself holds. Without a claim (``status``) writes are plain."""
 
     def __init__(self, options: dict, topic: str, timeout_ms: int = 30_000):
         self.options, self.topic, self.timeout_ms = options, topic, timeout_ms
         self._producer = None
+        self._claimed = False
+
+    @property
+    def owner_id(self) -> str:
+        return f"pidquota-journal-{self.topic}"
+
+    def claim(self) -> None:
+        """Become the journal's one writer: fences every earlier writer of this journal."""
+        self.close()
+        try:
+            producer = kafka_store.producer(
+                self.options, request_timeout_ms=self.timeout_ms, transactional_id=self.owner_id
+            )
+            producer.init_transactions()
+        except Exception as exc:  # kafka-python raises several kinds here
+            raise JournalError(
+                f"cannot claim the journal topic {self.topic!r} (transactional id {self.owner_id}): "
+                f"{type(exc).__name__}: {_short(exc)}; pidquota's principal needs WRITE and DESCRIBE on "
+                "that transactional id: docs/enforcing.md"
+            ) from None
+        self._producer, self._claimed = producer, True
 
     def ensure(self) -> None:
         """Create the topic (compacted, one partition, replicated up to 3) unless it exists."""
@@ -189,7 +222,9 @@ class Journal:
         """Every live record: the last one per control, tombstones dropped."""
         from kafka import TopicPartition
 
-        consumer = kafka_store.consumer(self.options, request_timeout_ms=self.timeout_ms)
+        consumer = kafka_store.consumer(
+            self.options, request_timeout_ms=self.timeout_ms, isolation_level="read_committed"
+        )
         try:
             part = TopicPartition(self.topic, 0)
             consumer.assign([part])
@@ -245,18 +280,36 @@ class Journal:
         try:
             if self._producer is None:
                 self._producer = kafka_store.producer(self.options, request_timeout_ms=self.timeout_ms)
+            if self._claimed:
+                self._producer.begin_transaction()
             self._producer.send(self.topic, key=_key(control), value=value).get(
                 timeout=self.timeout_ms / 1000
             )
+            if self._claimed:
+                self._producer.commit_transaction()
         except Exception as exc:  # kafka-python raises several kinds here
+            if kafka_store.fenced(exc):
+                raise JournalFenced(
+                    f"another pidquota run (or `pidquota actuator lift`) took over the journal topic "
+                    f"{self.topic!r}: this run changes nothing more; the other holds and lifts what was set"
+                ) from None
+            self._abort()
             raise JournalError(
                 f"cannot write the journal topic {self.topic!r}: {type(exc).__name__}: {exc}"
             ) from None
 
+    def _abort(self) -> None:
+        """A failed transaction is aborted, so that the next write can begin one."""
+        if self._claimed and self._producer is not None:
+            with contextlib.suppress(Exception):
+                self._producer.abort_transaction()
+
     def close(self) -> None:
         if self._producer is not None:
-            self._producer.close()
+            with contextlib.suppress(Exception):
+                self._producer.close(timeout=5)
             self._producer = None
+        self._claimed = False
 
 
 def _key(control: Control) -> bytes:

@@ -133,6 +133,7 @@ class BatchActuator:
         if self.dry_run:
             return []
         self.actuator.journal.ensure()
+        self.actuator.journal.claim()  # one owner: fences an earlier run on this journal, then reads it
         rows = self.actuator.reconcile()
         for address, principal in self.actuator.held_addresses().items():
             self.book.own(address, principal)  # a restart knows the addresses it holds again

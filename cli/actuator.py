@@ -15,9 +15,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "actuator",
         help="what the actuator holds on a cluster now, and lifting it",
         description="Read the actuator's journal on a Kafka cluster: what pidquota has set there "
-        "(status), or undo all of it now (lift), putting back each operator's value exactly. A run "
-        "still going applies again at its next throttled batch: stop it, or set "
-        "pidquota.actuator=off, first.",
+        "(status), or undo all of it now (lift), putting back each operator's value exactly. Lift "
+        "takes the journal over: a run still going on it acts no more (its next change is fenced).",
     )
     p.add_argument("action", choices=("status", "lift"), help="status: show; lift: undo everything")
     p.add_argument(
@@ -38,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     act = BatchActuator(config, options)
     try:
         if args.action == "lift":
+            act.actuator.journal.claim()  # the journal is lift's now: a run still going acts no more
             rows = act.actuator.lift_journal()
             for row in rows:
                 print(describe(row))
@@ -58,7 +58,12 @@ def _status(held: list, where: str, topic: str) -> None:
     now = time.time() * 1000
     for entry, current in sorted(held, key=lambda h: (h[0].principal, h[0].control.name)):
         left = entry.until_ms - now
-        when = f"for {left / 1000:.0f} s more" if left > 0 else "expired: undone at the next start or lift"
+        when = (
+            f"for {left / 1000:.0f} s more (then undone by the run that holds it, if one is going; else by the "
+            "next run's start or `pidquota actuator lift`)"
+            if left > 0
+            else "expired: undone at the next start or lift"
+        )
         state = "as set" if same_value(current, entry.ours) else f"changed since to {shown_value(current)}"
         print(
             f"{entry.principal}: {entry.control.name} = {shown_value(entry.ours)} ({state}; the operator's "

@@ -218,6 +218,16 @@ def producer(options: dict, **extra):
     return _connected(KafkaProducer, options, defaults, extra)
 
 
+def fenced(exc: BaseException) -> bool:
+    """A newer producer with the same transactional id fenced this one: kafka-python raises the
+    fencing error itself, or, when its sender saw it first, a KafkaError that carries it ("Cannot
+    perform send because at least one previous transactional or idempotent request has failed")."""
+    from kafka.errors import InvalidProducerEpochError, ProducerFencedError
+
+    fencing = (ProducerFencedError, InvalidProducerEpochError)
+    return isinstance(exc, fencing) or any(isinstance(a, fencing) for a in getattr(exc, "args", ()))
+
+
 def fetch_client(options: dict, **extra):
     """kafka-python's connection layer (``KafkaNetClient``: metadata, connections,
     requests), bootstrapped, for the Kafka source's own Fetch requests

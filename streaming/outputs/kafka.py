@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from pidquota.conf.settings import BY_NAME
-from pidquota.store.kafka import KafkaError, normalized
+from pidquota.store.kafka import KafkaError, fenced, normalized
 from pidquota.store.kafka import consumer as kafka_consumer
 from pidquota.store.kafka import producer as kafka_producer
 from pidquota.streaming.columns import OUTPUTS
@@ -249,7 +249,7 @@ class KafkaOutput:
             self._bounded(lambda: self.producer.send_offsets_to_transaction(mark, self.group()), batch_id)
             self._bounded(self.producer.commit_transaction, batch_id)
         except Exception as exc:
-            if not _fenced(exc):
+            if not fenced(exc):
                 self._abort(batch_id)
                 raise
             self._unbind()
@@ -373,13 +373,3 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             batchId,
             _total(messages),
         )
-
-
-def _fenced(exc: BaseException) -> bool:
-    """A newer run of the query fenced this producer: kafka-python raises the fencing error
-    itself, or, when its sender saw it first, a KafkaError that carries it ("Cannot perform
-    send because at least one previous transactional or idempotent request has failed")."""
-    from kafka.errors import InvalidProducerEpochError, ProducerFencedError
-
-    fencing = (ProducerFencedError, InvalidProducerEpochError)
-    return isinstance(exc, fencing) or any(isinstance(a, fencing) for a in getattr(exc, "args", ()))

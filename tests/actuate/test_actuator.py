@@ -259,3 +259,35 @@ def _set_default(controls, value) -> None:
     probe = QuotaKey("user", "x", "request_percentage")
     while controls.default_quota(probe) != value and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def test_two_runs_on_one_journal_fence_and_the_operator_s_value_comes_back_exactly(cluster):
+    """Issue 45 §1 on the broker: run B claims the journal run A uses. A's next change is fenced
+    before it touches the cluster, B adopts what A set, and B's undo puts the operator's 200
+    back (before: B read A's 1.0 as the operator's, and the user ended at 1% for good)."""
+    from pidquota.actuate.journal import JournalFenced
+
+    controls, journal, options = cluster
+    crash, other = _user(), _user()
+    key = QuotaKey("user", crash, "request_percentage")
+    controls.write(key, 200.0)
+    journal.claim()
+    a = Actuator(request_quota(1.0), RAILS, controls, journal, Clock())
+    now = int(T0 * 1000)
+    a({f"User:{crash}": now})
+    assert controls.read(key) == 1.0
+
+    b_journal = Journal(options, journal.topic)
+    b_journal.claim()  # run B starts: A is fenced from here on
+    b = Actuator(request_quota(0.5), RAILS, Controls(options), b_journal, Clock())
+    assert [r.action for r in b.reconcile()] == ["keep"]  # A's record, adopted: before is still 200
+    rows = a({f"User:{crash}": now, f"User:{other}": now})
+    assert [r.action for r in rows] == ["failed"] and "took over the journal" in rows[0].note
+    assert controls.quotas("user", other) == {}  # fenced before it changed anything
+    assert a({f"User:{other}": now}) == []  # and A acts no more
+    with pytest.raises(JournalFenced):
+        a.lift_all()
+    assert controls.read(key) == 1.0  # A's end left it to B
+    assert [r.action for r in b.lift_all()] == ["undo"]
+    assert controls.read(key) == 200.0 and b_journal.load() == {}
+    b_journal.close()

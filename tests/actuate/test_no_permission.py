@@ -68,6 +68,12 @@ def test_without_alter_on_the_cluster_each_batch_fails_alone_and_the_grant_lets_
     admin.write(KEY, 200.0)  # the operator's own value, exactly as it must come back
     act = _actuator(broker)
     try:
+        with pytest.raises(
+            JournalError, match=f"transactional id pidquota-journal-{JOURNAL}.*WRITE and DESCRIBE"
+        ):
+            act.start()  # one owner per journal: its transactional id needs rights too
+        for operation in ("DESCRIBE", "WRITE"):
+            _grant(admin, operation, "TRANSACTIONAL_ID", f"pidquota-journal-{JOURNAL}")
         assert act.start() == []
         with caplog.at_level(logging.WARNING, logger="pidquota.actuate"):
             rows = act([ROW])
