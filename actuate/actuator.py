@@ -84,8 +84,9 @@ class Actuator:
         for entry in self.journal.load().values():
             self.entries[entry.control] = entry
             self.acted[entry.principal] = max(self.acted.get(entry.principal, 0), entry.until_ms)
-        for entry in list(self.entries.values()):
-            rows.append(self._undo(entry, now) if entry.until_ms <= now else self._ensure(entry, now))
+        for entry in list(self.entries.values()):  # an undo a crash interrupted is finished, held or not
+            done = entry.until_ms <= now or entry.state == UNDOING
+            rows.append(self._undo(entry, now) if done else self._ensure(entry, now))
         for principal in list(self.acted):
             if not self._holds(principal):
                 self.acted.pop(principal)

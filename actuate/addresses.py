@@ -56,8 +56,14 @@ class AddressBook:
                 mine = [a for a in self.recent.get(principal, []) if a != address] + [address]
                 self.recent[principal] = mine[-self.per_principal :]
         if len(self.owner) > self.max_addresses:
-            spare = [a for a in self.owner if a not in self.held][: len(self.owner) - self.max_addresses]
-            for address in spare:  # the least recently seen, never one pidquota holds a control on
+            excess = len(self.owner) - self.max_addresses
+            # the least recently seen, never one pidquota holds a control on, and a shared one
+            # last: forgotten, it would pass for the next principal's own
+            free = [a for a in self.owner if a not in self.held]
+            spare = [a for a in free if self.owner[a] != _SHARED] + [
+                a for a in free if self.owner[a] == _SHARED
+            ]
+            for address in spare[:excess]:
                 del self.owner[address]
         return shared
 

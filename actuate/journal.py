@@ -205,8 +205,10 @@ class Journal:
                 min(3, brokers),
                 topic_configs={"cleanup.policy": "compact", "min.compaction.lag.ms": "0"},
             )
-            with contextlib.suppress(TopicAlreadyExistsError):
+            try:
                 admin.create_topics([topic])
+            except TopicAlreadyExistsError:
+                self._check_compacted(admin)
         except PidquotaError:
             raise
         except Exception as exc:  # kafka-python raises several kinds here
@@ -217,6 +219,23 @@ class Journal:
             ) from None
         finally:
             admin.close()
+
+    def _check_compacted(self, admin) -> None:
+        """An existing topic must be compacted: with delete, retention would take away the
+        records of controls pidquota still holds, and nothing would undo them."""
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        found = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, self.topic)], config_filter="all"
+        )
+        policy = _config_value(found, self.topic, "cleanup.policy")
+        if policy is not None and "compact" not in policy.split(","):
+            raise JournalError(
+                f"the journal topic {self.topic!r} exists with cleanup.policy={policy}, not compact: retention "
+                f"would delete what pidquota holds. Set it (kafka-configs.sh --alter --entity-type topics "
+                f"--entity-name {self.topic} --add-config cleanup.policy=compact), or name another topic in "
+                "pidquota.actuator.journal.topic"
+            )
 
     def load(self) -> dict[Control, Entry]:
         """Every live record: the last one per control, tombstones dropped."""
@@ -325,6 +344,13 @@ def _control_of(key: bytes | None) -> Control:
     except ValueError as exc:
         raise ForeignRecord(f"its key is not JSON ({exc})") from None
     return _control(spec)
+
+
+def _config_value(found: dict, name: str, key: str) -> str | None:
+    """One config's value from kafka-python's ``describe_configs`` answer
+    (``{"topic": {NAME: {KEY: {"value": ...}}}}``)."""
+    config = found.get("topic", {}).get(name, {}).get(key)
+    return config.get("value") if isinstance(config, dict) else None
 
 
 def _short(exc: Exception) -> str:

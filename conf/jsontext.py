@@ -35,14 +35,18 @@ class NumberTooLong(ValueError):
 
 def loads(text: str | bytes | bytearray):
     """``json.loads(text)``, where every failure is a ``ValueError``: ``JSONDecodeError``
-    (with ``msg`` and ``pos``, which also covers bytes that are not UTF-8), :class:`TooDeep`
-    or :class:`NumberTooLong`."""
+    (with ``msg`` and ``pos``), :class:`TooDeep`, :class:`NumberTooLong`, or for bytes that
+    are not UTF-8 a ``ValueError`` that says so."""
     try:
         return json.loads(text)
     except RecursionError:
         raise TooDeep() from None
     except json.JSONDecodeError:
         raise
+    except UnicodeDecodeError as exc:  # bytes: json decodes them as UTF-8 (or -16, -32) first
+        raise ValueError(
+            f"not UTF-8 text (byte {exc.start}: {exc.object[exc.start : exc.start + 4]!r})"
+        ) from None
     except ValueError:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
         raise NumberTooLong() from None
 

@@ -278,17 +278,21 @@ def parse_init(line: str, clock: Clock, max_principal: int) -> dict | None:
     }
 
 
+_CONNECTION = re.compile(r"(?P<local>.+?:\d+)-(?P<remote>.+):\d+-\d+(?:-\d+)?")
+
+
 def connection_ends(connection) -> tuple[str | None, str | None]:
     """The broker's end (host:port) and the client's host of a request log's ``connection``,
     Kafka's ``ConnectionId``: ``local:port-remote:port-processor[-index]``, e.g.
     ``127.0.0.1:9092-10.0.0.5:55158-0`` gives ``("127.0.0.1:9092", "10.0.0.5")``. An IPv6
-    host holds colons but never a dash; anything else gives Nones."""
+    host holds colons, and its zone id (``fe80::1%eth-0``) may hold a dash, so the ends are
+    found by their ``:port-`` and the trailing processor number; anything else gives Nones."""
     if not isinstance(connection, str):
         return None, None
-    parts = connection.split("-")
-    if len(parts) < 3 or ":" not in parts[1]:
+    m = _CONNECTION.fullmatch(connection)
+    if m is None:
         return None, None
-    return parts[0] or None, parts[1].rpartition(":")[0] or None
+    return m["local"], m["remote"]
 
 
 def software(info) -> str | None:

@@ -291,3 +291,17 @@ def test_two_runs_on_one_journal_fence_and_the_operator_s_value_comes_back_exact
     assert [r.action for r in b.lift_all()] == ["undo"]
     assert controls.read(key) == 200.0 and b_journal.load() == {}
     b_journal.close()
+
+
+def test_an_existing_journal_topic_that_is_not_compacted_is_refused(cluster, kafka):
+    """Issue 45: retention on a delete-policy topic would take away what pidquota holds."""
+    from harness.kafka import create
+
+    from pidquota.actuate.journal import JournalError
+
+    _, _, options = cluster
+    create(kafka, "not-compacted-journal")
+    with pytest.raises(
+        JournalError, match="cleanup.policy=delete, not compact.*--add-config cleanup.policy=compact"
+    ):
+        Journal(options, "not-compacted-journal").ensure()

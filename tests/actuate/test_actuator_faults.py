@@ -175,6 +175,17 @@ def test_a_crash_mid_undo_is_finished_at_the_restart(state):
     assert row.action == "undo" and cluster.values[KEY] == 200.0 and journal.records == {}
 
 
+def test_a_restart_finishes_an_undo_whose_hold_is_not_over():
+    """Issue 45: an ``undoing`` record means pidquota was letting the control go (allow-list,
+    a shared address, a lift); a restart rewrote it as ``set`` and held it again."""
+    act, cluster, journal, _ = _actuator()
+    journal.records[KEY] = Entry(KEY, "User:crash", 200.0, 1.0, NOW + 600_000, "undoing")
+    cluster.values[KEY] = 1.0
+    [row] = act.reconcile()
+    assert row.action == "undo" and cluster.values[KEY] == 200.0 and journal.records == {}
+    assert act.acted == {}
+
+
 # -- issue 45 §2: a principal's controls live and die together -------------------------------
 
 DENY_TOPIC = deny_writes().controls("User:crash")[1][0]

@@ -85,3 +85,13 @@ def test_an_unshare_that_fails_is_tried_again():
     rows = act({"User:crash": NOW}, {}, shared={"10.0.0.5"})
     assert [r.action for r in rows if r.control == ip("10.0.0.5").name] == ["undo"]
     assert act.held_addresses() == {} and cluster.values[ip("10.0.0.5")] is None
+
+
+def test_a_shared_address_is_forgotten_last():
+    """Issue 45: forgotten, a shared address passed for the next principal's own."""
+    book = AddressBook(max_addresses=3)
+    book.add([("User:a", "10.0.0.1", True), ("User:b", "10.0.0.1", False)])  # shared, oldest
+    book.add([("User:c", f"10.0.1.{i}", False) for i in range(4)])
+    assert book.shared("10.0.0.1")
+    book.add([("User:crash", "10.0.0.1", True)])
+    assert book.exclusive("User:crash") == ()
