@@ -25,7 +25,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, fields
 
-from pidquota.actuate.controls import AclBinding, Control, QuotaKey
+from pidquota.actuate.controls import AclBinding, Control, ControlError, Controls, QuotaKey
 from pidquota.actuate.mechanisms import deny_writes, user_name
 from pidquota.conf import jsontext
 from pidquota.conf.errors import PidquotaError
@@ -166,8 +166,9 @@ class Journal:
     sees every record the old one committed, so "the operator's value" is never read from a
     control pidquota itself holds. Without a claim (``status``) writes are plain."""
 
-    def __init__(self, options: dict, topic: str, timeout_ms: int = 30_000):
+    def __init__(self, options: dict, topic: str, timeout_ms: int = 30_000, principal: str = ""):
         self.options, self.topic, self.timeout_ms = options, topic, timeout_ms
+        self.principal = principal or own_principal(options)
         self._producer = None
         self._claimed = False
 
@@ -209,6 +210,8 @@ class Journal:
                 admin.create_topics([topic])
             except TopicAlreadyExistsError:
                 self._check_compacted(admin)
+            else:
+                self._guard()
         except PidquotaError:
             raise
         except Exception as exc:  # kafka-python raises several kinds here
@@ -219,6 +222,39 @@ class Journal:
             ) from None
         finally:
             admin.close()
+
+    def guard_bindings(self) -> list[AclBinding]:
+        """The ACLs that leave the journal to pidquota's principal alone: under
+        allow.everyone.if.no.acl.found=true, a resource with any ACL is closed to everyone the
+        ACLs do not name (super users aside)."""
+        p = self.principal
+        return [AclBinding(p, op, "ALLOW", "TOPIC", self.topic) for op in ("DESCRIBE", "READ", "WRITE")] + [
+            AclBinding(p, op, "ALLOW", "TRANSACTIONAL_ID", self.owner_id) for op in ("DESCRIBE", "WRITE")
+        ]
+
+    def _guard(self) -> None:
+        """At the topic's creation: ACLs for pidquota's principal alone (docs/enforcing.md), or a
+        warning that any principal the cluster lets write it may."""
+        if not self.principal:
+            log.warning(
+                "pidquota: the journal topic %r is open to every principal the cluster lets write it: set "
+                "pidquota.actuator.principal to pidquota's own (User:NAME), and it gets ACLs for it alone",
+                self.topic,
+            )
+            return
+        controls = Controls(self.options, timeout_ms=self.timeout_ms)
+        try:
+            for binding in self.guard_bindings():
+                controls.write(binding, True)
+        except ControlError as exc:  # no ALTER on the cluster: the topic works, unguarded
+            log.warning(
+                "pidquota: the journal topic %r got no ACLs (%s); add them by hand: %s",
+                self.topic,
+                exc,
+                "; ".join(b.name for b in self.guard_bindings()),
+            )
+        finally:
+            controls.close()
 
     def _check_compacted(self, admin) -> None:
         """An existing topic must be compacted: with delete, retention would take away the
@@ -344,6 +380,17 @@ def _control_of(key: bytes | None) -> Control:
     except ValueError as exc:
         raise ForeignRecord(f"its key is not JSON ({exc})") from None
     return _control(spec)
+
+
+def own_principal(options: dict) -> str:
+    """pidquota's principal as Kafka names it, when the client options say: a SASL PLAIN or
+    SCRAM login is ``User:<username>``; anything else (TLS names, Kerberos, OAuth) is not
+    known from here: ""."""
+    mechanism = str(options.get("kafka.sasl.mechanism") or "").upper()
+    user = options.get("kafka.sasl.username")
+    if user and (mechanism == "PLAIN" or mechanism.startswith("SCRAM")):
+        return f"User:{user}"
+    return ""
 
 
 def _config_value(found: dict, name: str, key: str) -> str | None:

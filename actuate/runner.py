@@ -111,7 +111,7 @@ class BatchActuator:
         self._skipped: dict[str, str] = {}  # principal -> why, as last said
         controls = journal = None
         if options is not None:
-            journal = Journal(options, self.topic)
+            journal = Journal(options, self.topic, principal=config["pidquota.actuator.principal"])
             # a cluster that does not answer is named within pidquota.kafka.connect.timeout.ms
             controls = Controls(options, connect_timeout_ms=config["pidquota.kafka.connect.timeout.ms"])
         self.actuator = Actuator(mechanism_of(config), rails_of(config), controls, journal, clock)

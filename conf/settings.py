@@ -782,6 +782,18 @@ SETTINGS: tuple[Setting, ...] = (
         "before it, ahead of making it; created if missing.",
     ),
     Setting(
+        "pidquota.actuator.principal",
+        str,
+        "",
+        "Under allow.everyone.if.no.acl.found=true any user may write a topic without ACLs, and "
+        "the journal tells pidquota what to undo; with SASL PLAIN or SCRAM the login is the "
+        "principal, so nothing needs setting there.",
+        "pidquota's own principal (User:NAME): when the actuator creates its journal topic, it "
+        "allows only this principal to read and write it and its transactional id (ACLs). Empty: "
+        "User:<pidquota.kafka.sasl.username> under SASL PLAIN or SCRAM, else no ACLs and a warning.",
+        check=lambda text: None if not text.strip() else principal_problem(text.strip()),
+    ),
+    Setting(
         "pidquota.replay.until",
         str,
         "",

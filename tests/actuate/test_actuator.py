@@ -305,3 +305,45 @@ def test_an_existing_journal_topic_that_is_not_compacted_is_refused(cluster, kaf
         JournalError, match="cleanup.policy=delete, not compact.*--add-config cleanup.policy=compact"
     ):
         Journal(options, "not-compacted-journal").ensure()
+
+
+def test_the_journal_is_written_by_pidquota_s_principal_alone(kafka):
+    """Issue 45: at creation the journal and its transactional id get ACLs for pidquota's
+    principal (its SASL login), so on a cluster that lets everyone in where no ACL is found,
+    another user can neither write the journal nor take its transactional id over."""
+    import uuid
+
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError as ClientError
+
+    from pidquota.actuate.journal import JournalError
+
+    topic = f"guarded-{uuid.uuid4().hex[:8]}"
+    journal = Journal(kafka.sasl("pidquota"), topic)
+    assert journal.principal == "User:pidquota"
+    journal.ensure()
+    controls = Controls({"kafka.bootstrap.servers": kafka.bootstrap})
+    try:
+        assert all(controls.read(b) for b in journal.guard_bindings())
+        journal.claim()
+        journal.write(Entry(QuotaKey("user", "x", "request_percentage"), "User:x", None, 1.0, 5))
+        assert list(journal.load()) == [QuotaKey("user", "x", "request_percentage")]
+        bob = kafka.sasl("bob")
+        producer = KafkaProducer(
+            bootstrap_servers=bob["kafka.bootstrap.servers"],
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="PLAIN",
+            sasl_plain_username="bob",
+            sasl_plain_password=bob["kafka.sasl.password"],
+            max_block_ms=5000,
+        )
+        with pytest.raises(ClientError):
+            producer.send(topic, key=b"k", value=b"crafted").get(timeout=10)
+        producer.close(timeout=2)
+        with pytest.raises(JournalError, match="transactional id"):
+            Journal(bob, topic).claim()  # nor may bob fence pidquota
+    finally:
+        journal.close()
+        for binding in journal.guard_bindings():
+            controls.write(binding, False)
+        controls.close()
