@@ -248,10 +248,15 @@ def fetch_client(options: dict, **extra):
 
 
 def consumer(options: dict, **extra):
-    """A ``KafkaConsumer`` without auto-commit from pidquota's ``kafka.*`` options."""
+    """A ``KafkaConsumer`` without auto-commit from pidquota's ``kafka.*`` options. It never
+    creates a topic: kafka-python's metadata requests ask the broker to create an unknown topic
+    by default, so a reader's background refresh brought a deleted input topic back, empty,
+    and the read waited for data that never came ('is the broker up?' instead of 'no longer
+    exists': issue 43 §3's flaky test)."""
     from kafka import KafkaConsumer
 
-    return _connected(KafkaConsumer, options, {"enable_auto_commit": False, "client_id": "pidquota"}, extra)
+    defaults = {"enable_auto_commit": False, "client_id": "pidquota", "allow_auto_create_topics": False}
+    return _connected(KafkaConsumer, options, defaults, extra)
 
 
 def admin(options: dict, **extra):
