@@ -123,7 +123,13 @@ def cluster_id() -> str:
 
 
 def java_cmd(
-    libs: Path, main: str, *args: str, heap: str = "512m", logs: Path | None = None, log4j2: Path = LOG4J2
+    libs: Path,
+    main: str,
+    *args: str,
+    heap: str = "512m",
+    logs: Path | None = None,
+    log4j2: Path = LOG4J2,
+    extra_jars: tuple[Path, ...] = (),
 ) -> list[str]:
     java = shutil.which("java")
     if java is None:
@@ -146,7 +152,7 @@ def java_cmd(
         "-Djava.awt.headless=true",
         *props,
         "-cp",
-        f"{libs}/*",
+        os.pathsep.join([f"{libs}/*", *map(str, extra_jars)]),
         main,
         *args,
     ]
@@ -204,7 +210,9 @@ class Cluster:
 
     ``users`` maps each SASL/PLAIN user to its password; ``extra`` adds or overrides broker
     settings (``{"num.partitions": "3"}``); ``log4j2`` is the logging file (default
-    ``docker/kafka/log4j2.yaml``; ``docker/kafka/log4j.properties`` for Kafka 3.x)."""
+    ``docker/kafka/log4j2.yaml``; ``docker/kafka/log4j.properties`` for Kafka 3.x); ``plugin``,
+    pidquota's broker plug-in jar (``plugin/``): it is the authorizer then, reading its state
+    topic through the node's own PLAINTEXT listener."""
 
     def __init__(
         self,
@@ -215,8 +223,10 @@ class Cluster:
         heap: str = "512m",
         kafka_version: str | None = None,
         log4j2: Path = LOG4J2,
+        plugin: Path | None = None,
     ):
         self.workdir = Path(workdir)
+        self.plugin = Path(plugin) if plugin else None
         self.users = users or {u: f"{u}-secret" for u in USERS}
         self.extra = dict(extra or {})
         self.heap = heap
@@ -275,6 +285,9 @@ class Cluster:
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
         }
+        if self.plugin is not None:
+            props["authorizer.class.name"] = "io.pidquota.plugin.PidQuotaAuthorizer"
+            props["pidquota.plugin.bootstrap.servers"] = node.bootstrap
         props.update(self.extra)
         return props
 
@@ -319,7 +332,16 @@ class Cluster:
         """Start (or restart) one node on its own storage."""
         config = self._write(node)
         libs = self.libs or fetch(self.version)
-        cmd = java_cmd(libs, "kafka.Kafka", str(config), heap=self.heap, logs=node.logs, log4j2=self.log4j2)
+        jars = (self.plugin,) if self.plugin else ()
+        cmd = java_cmd(
+            libs,
+            "kafka.Kafka",
+            str(config),
+            heap=self.heap,
+            logs=node.logs,
+            log4j2=self.log4j2,
+            extra_jars=jars,
+        )
         node.out_from = node.stdout.stat().st_size if node.stdout.exists() else 0
         with node.stdout.open("a") as out:
             node.proc = subprocess.Popen(

@@ -22,6 +22,10 @@ fi
 # The broker's jars, fetched once into ~/.cache/pidquota (PIDQUOTA_KAFKA_CACHE moves it).
 python3 scripts/kafka_broker.py fetch >/dev/null
 python3 scripts/kafka_broker.py fetch --version 3.9.1 >/dev/null  # the log4j 1 snippet's broker (Kafka before 4.0)
+python3 scripts/kafka_broker.py fetch --version 4.4.0 >/dev/null  # the newest 4.x: the broker plug-in's tests
+# pidquota's broker plug-in (plugin/, a Maven module): built and its Java tests run once, before
+# the workers start (tests/harness/plugin.py rebuilds it only when its sources are newer).
+mvn -B -q -f plugin/pom.xml package
 python3 -m ruff check .
 # Two workers, a test file each at a time (pytest-xdist): 18-19 minutes for about 1,250 tests on 2 cores,
 # against about 33 minutes in one (docs/development.md). Arguments after ours win (-n 0: one).

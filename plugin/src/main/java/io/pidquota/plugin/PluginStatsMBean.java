@@ -1,0 +1,22 @@
+package io.pidquota.plugin;
+
+/** What the plug-in shows over JMX ({@code io.pidquota:type=PidQuotaAuthorizer}). */
+public interface PluginStatsMBean {
+    /** InitProducerId requests refused since the broker started. */
+    long getRefused();
+
+    /** 1 while the plug-in refuses nothing (pidquota's heartbeat too old, or switched off). */
+    int getFailOpen();
+
+    /** Principals whose throttle has not ended. */
+    int getThrottled();
+
+    /** State records skipped as not pidquota's. */
+    long getSkippedRecords();
+
+    /** State records read. */
+    long getRecordsRead();
+
+    /** Mean time of one InitProducerId authorization the plug-in looked at, in ns. */
+    long getMeanInitAuthorizationNanos();
+}

@@ -1,0 +1,41 @@
+"""pidquota's broker plug-in jar (``plugin/``), built with Maven when its sources are newer than
+the jar (tests/run.sh builds it once before the workers start; a lock keeps two from building)."""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = ROOT / "plugin"
+JAR = PLUGIN / "target" / "pidquota-broker-plugin.jar"
+
+
+def _stale() -> bool:
+    if not JAR.exists():
+        return True
+    built = JAR.stat().st_mtime
+    sources = [PLUGIN / "pom.xml", *(PLUGIN / "src" / "main").rglob("*.java")]
+    return any(p.stat().st_mtime > built for p in sources)
+
+
+def plugin_jar() -> Path:
+    """The jar, built if missing or older than its sources (``mvn -f plugin/pom.xml package``)."""
+    if not _stale():
+        return JAR
+    (PLUGIN / "target").mkdir(exist_ok=True)
+    with open(PLUGIN / "target" / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _stale():
+            mvn = shutil.which("mvn") or "mvn"
+            done = subprocess.run(
+                [mvn, "-B", "-q", "-f", str(PLUGIN / "pom.xml"), "package", "-DskipTests"],
+                capture_output=True,
+                text=True,
+            )
+            assert done.returncode == 0, (
+                f"the plug-in did not build:\n{done.stdout[-3000:]}{done.stderr[-2000:]}"
+            )
+    return JAR
