@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from pidquota.actuate.controls import AclBinding, Control, ControlError, QuotaKey, same_value, shown_value
+from pidquota.actuate.controls import Control, ControlError, QuotaKey, same_value, shown_value
 from pidquota.actuate.journal import SET, SETTING, UNDOING, Entry, JournalError, JournalFenced
 from pidquota.actuate.mechanisms import Mechanism
 from pidquota.actuate.policy import Rails, plan
@@ -336,5 +336,4 @@ def _as_strict(control: Control, before, ours) -> bool:
     the same ACL)."""
     if isinstance(control, QuotaKey):
         return before is not None and float(before) <= float(ours)
-    assert isinstance(control, AclBinding)
-    return bool(before)
+    return bool(before)  # an ACL, or a plug-in throttle, already there

@@ -67,7 +67,19 @@ class AclBinding:
         )
 
 
-Control = QuotaKey | AclBinding
+@dataclass(frozen=True, order=True)
+class ThrottleKey:
+    """pidquota's entry for ``principal`` in the broker plug-in's state topic
+    (``actuate/plugin_state.py``): present (True) while the plug-in refuses its new PIDs."""
+
+    principal: str
+
+    @property
+    def name(self) -> str:
+        return f"plug-in throttle for {self.principal}"
+
+
+Control = QuotaKey | AclBinding | ThrottleKey
 
 
 def same_value(a, b) -> bool:
@@ -88,22 +100,38 @@ class Controls:
     """The controls of one cluster, through one admin client (``store/kafka.py``'s
     ``admin``). :meth:`read` and :meth:`write` take either kind of control."""
 
-    def __init__(self, options: dict, timeout_ms: int = 30_000, connect_timeout_ms: int | None = None):
+    def __init__(
+        self, options: dict, timeout_ms: int = 30_000, connect_timeout_ms: int | None = None, state=None
+    ):
         connect = {} if connect_timeout_ms is None else {"bootstrap_timeout_ms": connect_timeout_ms}
         self._admin = kafka_store.admin(options, request_timeout_ms=timeout_ms, **connect)
         self._where = options["kafka.bootstrap.servers"]
+        self.state = state  # the plug-in's state topic (plugin_state.PluginState), for ThrottleKey
 
     def close(self) -> None:
         self._admin.close()
+        if self.state is not None:
+            self.state.close()
 
     def read(self, control: Control):
+        if isinstance(control, ThrottleKey):
+            return self._plugin().read(control.principal)
         return self._read_quota(control) if isinstance(control, QuotaKey) else self._has_acl(control)
+
+    def _plugin(self):
+        if self.state is None:
+            raise ControlError(
+                "a plug-in throttle, and no state topic: set pidquota.actuator.mechanism=broker-plugin"
+            )
+        return self.state
 
     def write(self, control: Control, value) -> None:
         """Set ``control`` to ``value``: a quota key to a float (None removes it), an ACL
         binding present (True) or absent (False)."""
         if isinstance(control, QuotaKey):
             self._write_quota(control, value)
+        elif isinstance(control, ThrottleKey):
+            self._plugin().write(control.principal, bool(value))
         elif value:
             self._create_acl(control)
         else:

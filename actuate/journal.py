@@ -25,7 +25,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, fields
 
-from pidquota.actuate.controls import AclBinding, Control, ControlError, Controls, QuotaKey
+from pidquota.actuate.controls import AclBinding, Control, ControlError, Controls, QuotaKey, ThrottleKey
 from pidquota.actuate.mechanisms import deny_writes, user_name
 from pidquota.conf import jsontext
 from pidquota.conf.errors import PidquotaError
@@ -69,7 +69,7 @@ class Entry:
     state: str = SET
 
     def to_json(self) -> bytes:
-        kind = "quota" if isinstance(self.control, QuotaKey) else "acl"
+        kind = _kind(self.control)
         body = {**asdict(self), "control": {"kind": kind, **asdict(self.control)}}
         return json.dumps(body, sort_keys=True).encode()
 
@@ -109,6 +109,8 @@ def fits(control: Control, principal: str) -> bool:
             and control.key == "connection_creation_rate"
             and _is_ip(control.entity)
         )
+    if isinstance(control, ThrottleKey):
+        return control == ThrottleKey(principal)
     return control in {binding for binding, _ in deny_writes().controls(principal)}
 
 
@@ -121,7 +123,7 @@ def _is_ip(text: str) -> bool:
 
 
 def _value_fits(control: Control, value) -> bool:
-    if isinstance(control, AclBinding):
+    if not isinstance(control, QuotaKey):  # an ACL or a plug-in throttle: present or not
         return isinstance(value, bool)
     if value is None:
         return True
@@ -141,11 +143,18 @@ def _object(raw: bytes, names: set[str]) -> dict:
     return body
 
 
+_KINDS = {"quota": QuotaKey, "acl": AclBinding, "throttle": ThrottleKey}
+
+
+def _kind(control: Control) -> str:
+    return next(k for k, cls in _KINDS.items() if isinstance(control, cls))
+
+
 def _control(spec) -> Control:
     """A control from its JSON (a record's key, or its value's ``control``)."""
-    if not isinstance(spec, dict) or spec.get("kind") not in ("quota", "acl"):
-        raise ForeignRecord(f"control {jsontext.brief(spec)} is not a quota or an ACL")
-    kind = QuotaKey if spec["kind"] == "quota" else AclBinding
+    if not isinstance(spec, dict) or spec.get("kind") not in _KINDS:
+        raise ForeignRecord(f"control {jsontext.brief(spec)} is not a quota, an ACL or a plug-in throttle")
+    kind = _KINDS[spec["kind"]]
     names = {f.name for f in fields(kind)}
     args = {k: v for k, v in spec.items() if k != "kind"}
     if set(args) != names or not all(isinstance(v, str) for v in args.values()):
@@ -193,85 +202,19 @@ class Journal:
         self._producer, self._claimed = producer, True
 
     def ensure(self) -> None:
-        """Create the topic (compacted, one partition, replicated up to 3) unless it exists."""
-        from kafka.admin import NewTopic
-        from kafka.errors import TopicAlreadyExistsError
-
-        admin = kafka_store.admin(self.options, request_timeout_ms=self.timeout_ms)
-        try:
-            brokers = len(admin.describe_cluster().get("brokers", [])) or 1
-            topic = NewTopic(
-                self.topic,
-                1,
-                min(3, brokers),
-                topic_configs={"cleanup.policy": "compact", "min.compaction.lag.ms": "0"},
-            )
-            try:
-                admin.create_topics([topic])
-            except TopicAlreadyExistsError:
-                self._check_compacted(admin)
-            else:
-                self._guard()
-        except PidquotaError:
-            raise
-        except Exception as exc:  # kafka-python raises several kinds here
-            raise JournalError(
-                f"cannot create the journal topic {self.topic!r}: {type(exc).__name__}: {_short(exc)}; "
-                "pidquota's principal needs CREATE, DESCRIBE, READ and WRITE on it (or create it, "
-                "compacted, yourself): docs/enforcing.md"
-            ) from None
-        finally:
-            admin.close()
+        """Create the topic (compacted, one partition, replicated up to 3) unless it exists;
+        at creation, the ACLs of :meth:`guard_bindings`."""
+        guard = self.guard_bindings() if self.principal else []
+        ensure_compacted(self.options, self.topic, self.timeout_ms, guard, "the journal topic")
 
     def guard_bindings(self) -> list[AclBinding]:
         """The ACLs that leave the journal to pidquota's principal alone: under
         allow.everyone.if.no.acl.found=true, a resource with any ACL is closed to everyone the
         ACLs do not name (super users aside)."""
         p = self.principal
-        return [AclBinding(p, op, "ALLOW", "TOPIC", self.topic) for op in ("DESCRIBE", "READ", "WRITE")] + [
+        return topic_bindings(p, self.topic) + [
             AclBinding(p, op, "ALLOW", "TRANSACTIONAL_ID", self.owner_id) for op in ("DESCRIBE", "WRITE")
         ]
-
-    def _guard(self) -> None:
-        """At the topic's creation: ACLs for pidquota's principal alone (docs/enforcing.md), or a
-        warning that any principal the cluster lets write it may."""
-        if not self.principal:
-            log.warning(
-                "pidquota: the journal topic %r is open to every principal the cluster lets write it: set "
-                "pidquota.actuator.principal to pidquota's own (User:NAME), and it gets ACLs for it alone",
-                self.topic,
-            )
-            return
-        controls = Controls(self.options, timeout_ms=self.timeout_ms)
-        try:
-            for binding in self.guard_bindings():
-                controls.write(binding, True)
-        except ControlError as exc:  # no ALTER on the cluster: the topic works, unguarded
-            log.warning(
-                "pidquota: the journal topic %r got no ACLs (%s); add them by hand: %s",
-                self.topic,
-                exc,
-                "; ".join(b.name for b in self.guard_bindings()),
-            )
-        finally:
-            controls.close()
-
-    def _check_compacted(self, admin) -> None:
-        """An existing topic must be compacted: with delete, retention would take away the
-        records of controls pidquota still holds, and nothing would undo them."""
-        from kafka.admin import ConfigResource, ConfigResourceType
-
-        found = admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, self.topic)], config_filter="all"
-        )
-        policy = _config_value(found, self.topic, "cleanup.policy")
-        if policy is not None and "compact" not in policy.split(","):
-            raise JournalError(
-                f"the journal topic {self.topic!r} exists with cleanup.policy={policy}, not compact: retention "
-                f"would delete what pidquota holds. Set it (kafka-configs.sh --alter --entity-type topics "
-                f"--entity-name {self.topic} --add-config cleanup.policy=compact), or name another topic in "
-                "pidquota.actuator.journal.topic"
-            )
 
     def load(self) -> dict[Control, Entry]:
         """Every live record: the last one per control, tombstones dropped."""
@@ -368,7 +311,7 @@ class Journal:
 
 
 def _key(control: Control) -> bytes:
-    kind = "quota" if isinstance(control, QuotaKey) else "acl"
+    kind = _kind(control)
     return json.dumps({"kind": kind, **asdict(control)}, sort_keys=True).encode()
 
 
@@ -380,6 +323,82 @@ def _control_of(key: bytes | None) -> Control:
     except ValueError as exc:
         raise ForeignRecord(f"its key is not JSON ({exc})") from None
     return _control(spec)
+
+
+def topic_bindings(principal: str, topic: str) -> list[AclBinding]:
+    """``principal`` alone may describe, read and write ``topic`` (see :func:`ensure_compacted`)."""
+    return [AclBinding(principal, op, "ALLOW", "TOPIC", topic) for op in ("DESCRIBE", "READ", "WRITE")]
+
+
+def ensure_compacted(options: dict, topic: str, timeout_ms: int, guard: list[AclBinding], what: str) -> None:
+    """Create ``topic`` (compacted, one partition, replicated up to 3) unless it exists, and
+    at its creation the ``guard`` ACLs (none: a warning that anyone the cluster lets write it
+    may); refuse an existing topic that is not compacted. ``what`` names it in errors."""
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = kafka_store.admin(options, request_timeout_ms=timeout_ms)
+    try:
+        brokers = len(admin.describe_cluster().get("brokers", [])) or 1
+        configs = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
+        try:
+            admin.create_topics([NewTopic(topic, 1, min(3, brokers), topic_configs=configs)])
+        except TopicAlreadyExistsError:
+            _check_compacted(admin, topic, what)
+        else:
+            _guard(options, topic, timeout_ms, guard, what)
+    except PidquotaError:
+        raise
+    except Exception as exc:  # kafka-python raises several kinds here
+        raise JournalError(
+            f"cannot create {what} {topic!r}: {type(exc).__name__}: {_short(exc)}; "
+            "pidquota's principal needs CREATE, DESCRIBE, READ and WRITE on it (or create it, "
+            "compacted, yourself): docs/enforcing.md"
+        ) from None
+    finally:
+        admin.close()
+
+
+def _guard(options: dict, topic: str, timeout_ms: int, bindings: list[AclBinding], what: str) -> None:
+    """At the topic's creation: ACLs for pidquota's principal alone (docs/enforcing.md), or a
+    warning that any principal the cluster lets write it may."""
+    if not bindings:
+        log.warning(
+            "pidquota: %s %r is open to every principal the cluster lets write it: set "
+            "pidquota.actuator.principal to pidquota's own (User:NAME), and it gets ACLs for it alone",
+            what,
+            topic,
+        )
+        return
+    controls = Controls(options, timeout_ms=timeout_ms)
+    try:
+        for binding in bindings:
+            controls.write(binding, True)
+    except ControlError as exc:  # no ALTER on the cluster: the topic works, unguarded
+        log.warning(
+            "pidquota: %s %r got no ACLs (%s); add them by hand: %s",
+            what,
+            topic,
+            exc,
+            "; ".join(b.name for b in bindings),
+        )
+    finally:
+        controls.close()
+
+
+def _check_compacted(admin, topic: str, what: str) -> None:
+    """An existing topic must be compacted: with delete, retention would take away records
+    that say what pidquota holds, and nothing would undo them."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
+    policy = _config_value(found, topic, "cleanup.policy")
+    if policy is not None and "compact" not in policy.split(","):
+        raise JournalError(
+            f"{what} {topic!r} exists with cleanup.policy={policy}, not compact: retention "
+            f"would delete what pidquota holds. Set it (kafka-configs.sh --alter --entity-type topics "
+            f"--entity-name {topic} --add-config cleanup.policy=compact), or name another topic"
+        )
 
 
 def own_principal(options: dict) -> str:

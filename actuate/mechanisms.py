@@ -14,6 +14,9 @@
   InitProducerId is refused (CLUSTER_AUTHORIZATION_FAILED) only when the user may neither
   IDEMPOTENT_WRITE the cluster nor WRITE any topic, so refusing new PIDs this way also
   stops the user's produce requests: a circuit breaker.
+* ``broker-plugin``: the principal's entry in the state topic of pidquota's broker plug-in
+  (``plugin/``, docs/broker-plugin.md), which refuses its InitProducerId on every broker that
+  runs the plug-in, and nothing else: its producers that have their PID go on.
 
 Worked example: ``request_quota(1).controls("User:alice")`` is
 ``[(QuotaKey("user", "alice", "request_percentage"), 1.0)]``; with the addresses
@@ -27,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pidquota.actuate.controls import AclBinding, Control, QuotaKey
+from pidquota.actuate.controls import AclBinding, Control, QuotaKey, ThrottleKey
 
 CLUSTER = "kafka-cluster"  # the one CLUSTER resource's name
 
@@ -78,3 +81,7 @@ def deny_writes() -> Mechanism:
         ]
 
     return Mechanism("deny-writes", controls)
+
+
+def broker_plugin() -> Mechanism:
+    return Mechanism("broker-plugin", lambda p, _: [(ThrottleKey(p), True)])

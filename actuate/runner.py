@@ -28,7 +28,8 @@ from pidquota.actuate.actuator import Action, Actuator
 from pidquota.actuate.addresses import AddressBook
 from pidquota.actuate.controls import ControlError, Controls, shown_value
 from pidquota.actuate.journal import Journal, JournalError
-from pidquota.actuate.mechanisms import deny_writes, quota_and_connections, request_quota
+from pidquota.actuate.mechanisms import broker_plugin, deny_writes, quota_and_connections, request_quota
+from pidquota.actuate.plugin_state import PluginState
 from pidquota.actuate.policy import Rails
 from pidquota.conf.errors import ConfigError
 from pidquota.conf.settings import principal_list
@@ -36,6 +37,7 @@ from pidquota.quota.user_state import UserState, finite
 
 log = logging.getLogger("pidquota.actuate")
 CONNECTIONS = "request-quota+connection-rate"  # the mechanism that also acts on addresses
+PLUGIN = "broker-plugin"  # the mechanism that writes the broker plug-in's state topic
 
 
 def throttled_until(rows: Iterable[Mapping], window_ms: int, now_ms: int) -> dict[str, int]:
@@ -59,6 +61,8 @@ def mechanism_of(config):
     name = config["pidquota.actuator.mechanism"]
     if name == "deny-writes":
         return deny_writes()
+    if name == PLUGIN:
+        return broker_plugin()
     if name == CONNECTIONS:
         rate = config["pidquota.actuator.connection.rate"]
         return quota_and_connections(config["pidquota.actuator.request.percentage"], rate)
@@ -112,8 +116,14 @@ class BatchActuator:
         controls = journal = None
         if options is not None:
             journal = Journal(options, self.topic, principal=config["pidquota.actuator.principal"])
+            state = None
+            if config["pidquota.actuator.mechanism"] == PLUGIN:
+                state = PluginState(options, config["pidquota.actuator.plugin.topic"])
             # a cluster that does not answer is named within pidquota.kafka.connect.timeout.ms
-            controls = Controls(options, connect_timeout_ms=config["pidquota.kafka.connect.timeout.ms"])
+            controls = Controls(
+                options, connect_timeout_ms=config["pidquota.kafka.connect.timeout.ms"], state=state
+            )
+        self.heartbeat_ms = config["pidquota.actuator.plugin.heartbeat.ms"]
         self.actuator = Actuator(mechanism_of(config), rails_of(config), controls, journal, clock)
         self.by_address = config["pidquota.actuator.mechanism"] == CONNECTIONS
         self.book = AddressBook()
@@ -134,6 +144,10 @@ class BatchActuator:
             return []
         self.actuator.journal.ensure()
         self.actuator.journal.claim()  # one owner: fences an earlier run on this journal, then reads it
+        state = self.actuator.controls.state
+        if state is not None:  # the plug-in's topic, then the heartbeat that makes the brokers obey it
+            state.ensure(self.actuator.journal.principal)
+            state.start_heartbeat(self.heartbeat_ms)
         rows = self.actuator.reconcile()
         for address, principal in self.actuator.held_addresses().items():
             self.book.own(address, principal)  # a restart knows the addresses it holds again

@@ -118,6 +118,11 @@ def actuator_shown(config, act) -> str:
         elif mechanism != "request-quota":
             parts.append("no connection rate: only the request log names the clients' addresses")
         mechanism += f" ({'; '.join(parts)})"
+    elif mechanism == "broker-plugin":
+        mechanism += (
+            f" (the state topic {config['pidquota.actuator.plugin.topic']}, obeyed by brokers that run "
+            "pidquota's plug-in; they refuse new PIDs and nothing else)"
+        )
     hold = config["pidquota.actuator.hold.ms"] / 1000
     how = "DRY RUN: " if act.dry_run else ""
     where = "" if act.dry_run else f" on {act.options['kafka.bootstrap.servers']}"

@@ -718,8 +718,28 @@ SETTINGS: tuple[Setting, ...] = (
         "connection_creation_rate (KIP-612) on each client address the user has to itself (no "
         "other user's PID came from it; the request log names the address). deny-writes: DENY "
         "ACLs on the user's IDEMPOTENT_WRITE and WRITE, a circuit breaker that also stops its "
-        "steady producers.",
-        choices=("request-quota", "request-quota+connection-rate", "deny-writes"),
+        "steady producers. broker-plugin: the user's entry in the state topic of pidquota's broker "
+        "plug-in (docs/broker-plugin.md), which refuses its new PIDs on every broker that runs it.",
+        choices=("request-quota", "request-quota+connection-rate", "deny-writes", "broker-plugin"),
+    ),
+    Setting(
+        "pidquota.actuator.plugin.topic",
+        str,
+        "pidquota-throttle-state",
+        "The plug-in's own default (pidquota.plugin.topic on the brokers).",
+        "The compacted topic the broker plug-in reads its throttle set and pidquota's heartbeat "
+        "from (mechanism broker-plugin); created if missing, with ACLs for pidquota's principal.",
+    ),
+    Setting(
+        "pidquota.actuator.plugin.heartbeat.ms",
+        int,
+        60_000,
+        "A minute: a run that is gone stops being obeyed within a minute (the plug-in fails "
+        "open), and a heartbeat every 15 s rides out a few failed writes and a clock skew of seconds.",
+        "How old pidquota's heartbeat in the plug-in's state topic may be before the brokers' "
+        "plug-in refuses nothing (a beat is written every quarter of it).",
+        min=5_000,
+        max=3_600_000,
     ),
     Setting(
         "pidquota.actuator.connection.rate",

@@ -48,6 +48,8 @@ final class StateReader implements Runnable {
         props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        // never create the state topic: pidquota creates it, compacted and with its ACLs
+        props.put(ConsumerConfig.ALLOW_AUTO_CREATE_TOPICS_CONFIG, "false");
         props.putIfAbsent(ConsumerConfig.CLIENT_ID_CONFIG, name);
         this.thread = new Thread(this, name);
         thread.setDaemon(true);

@@ -1,0 +1,127 @@
+"""The broker plug-in's state topic, as pidquota writes it (``plugin/``, docs/broker-plugin.md):
+one partition, compacted; ``t:User:NAME`` = the end of its throttle (wall-clock ms), a
+tombstone to end it; ``h`` = ``AT_MS MAX_AGE_MS``, the heartbeat without which every broker's
+plug-in refuses nothing (fail open).
+
+The actuator's ``broker-plugin`` mechanism holds one control per principal,
+:class:`pidquota.actuate.controls.ThrottleKey`, present or absent like an ACL, journalled and
+undone (a tombstone) as every other control. Its record's end is ``CAP_MS`` ahead: the
+actuator's undo ends the throttle, and the cap bounds a throttle whose undo never came while
+something still heartbeats.
+
+Worked example: acting on ``User:crash`` at t writes ``t:User:crash = t + 86400000``; the run's
+heartbeat thread writes ``h = "NOW 60000"`` every 15 s; the undo writes the tombstone of
+``t:User:crash``, and every broker serves its InitProducerId again within a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+
+from pidquota.actuate.controls import ControlError
+from pidquota.actuate.journal import ensure_compacted, topic_bindings
+from pidquota.conf.errors import PidquotaError
+from pidquota.store import kafka as kafka_store
+
+log = logging.getLogger("pidquota.actuate")
+
+THROTTLE, HEARTBEAT = "t:", "h"
+CAP_MS = 24 * 3600 * 1000
+
+
+class PluginState:
+    """The state topic: :meth:`read` a principal's entry, :meth:`write` it (None: the
+    tombstone), :meth:`beat` the heartbeat, and a thread that beats while a run acts."""
+
+    def __init__(self, options: dict, topic: str, timeout_ms: int = 30_000, clock=time.time):
+        self.options, self.topic, self.timeout_ms, self.clock = options, topic, timeout_ms, clock
+        self._producer = None
+        self._beating: threading.Event | None = None
+
+    def ensure(self, principal: str) -> None:
+        """Create the topic (compacted) unless it exists; at creation, ACLs for pidquota's
+        ``principal`` alone: who may write it decides whom every broker refuses."""
+        guard = topic_bindings(principal, self.topic) if principal else []
+        ensure_compacted(self.options, self.topic, self.timeout_ms, guard, "the plug-in's state topic")
+
+    def read(self, principal: str) -> bool:
+        """Whether the principal's throttle is in the topic now (its newest record, not a
+        tombstone, and not ended)."""
+        value = self._latest().get(f"{THROTTLE}{principal}".encode())
+        if value is None:
+            return False
+        try:
+            return int(value.decode()) > self.clock() * 1000
+        except (UnicodeDecodeError, ValueError):
+            return False  # not pidquota's: the plug-in skips it too
+
+    def write(self, principal: str, present: bool) -> None:
+        end = str(int(self.clock() * 1000) + CAP_MS).encode() if present else None
+        self._send(f"{THROTTLE}{principal}".encode(), end)
+
+    def beat(self, max_age_ms: int) -> None:
+        self._send(HEARTBEAT.encode(), f"{int(self.clock() * 1000)} {max_age_ms}".encode())
+
+    def start_heartbeat(self, max_age_ms: int) -> None:
+        """Beat now and every quarter of ``max_age_ms`` on a daemon thread, until :meth:`close`: a
+        beat that fails is said once and tried again; the plug-in fails open if none lands."""
+        self.beat(max_age_ms)
+        stop = self._beating = threading.Event()
+
+        def loop() -> None:
+            failing = False
+            while not stop.wait(max_age_ms / 4000):
+                try:
+                    self.beat(max_age_ms)
+                    failing = False
+                except ControlError as exc:
+                    if not failing:
+                        log.warning("pidquota: the plug-in's heartbeat failed (tried again): %s", exc)
+                    failing = True
+
+        threading.Thread(target=loop, name="pidquota-plugin-heartbeat", daemon=True).start()
+
+    def _latest(self) -> dict[bytes, bytes | None]:
+        """Every key's newest value, read to the end of the topic."""
+        from kafka import TopicPartition
+
+        try:
+            consumer = kafka_store.consumer(
+                self.options, request_timeout_ms=self.timeout_ms, isolation_level="read_committed"
+            )
+        except PidquotaError as exc:
+            raise ControlError(str(exc)) from None
+        try:
+            part = TopicPartition(self.topic, 0)
+            consumer.assign([part])
+            consumer.seek_to_beginning(part)
+            end = consumer.end_offsets([part])[part]
+            out: dict[bytes, bytes | None] = {}
+            deadline = time.monotonic() + self.timeout_ms / 1000
+            while consumer.position(part) < end and time.monotonic() < deadline:
+                for records in consumer.poll(timeout_ms=500).values():
+                    out.update((r.key, r.value) for r in records if r.key is not None)
+            return out
+        except Exception as exc:  # kafka-python raises several kinds here
+            raise ControlError(f"cannot read the plug-in's state topic {self.topic!r}: {exc}") from None
+        finally:
+            consumer.close()
+
+    def _send(self, key: bytes, value: bytes | None) -> None:
+        try:
+            if self._producer is None:
+                self._producer = kafka_store.producer(self.options, request_timeout_ms=self.timeout_ms)
+            self._producer.send(self.topic, key=key, value=value).get(timeout=self.timeout_ms / 1000)
+        except Exception as exc:  # kafka-python raises several kinds here
+            raise ControlError(f"cannot write the plug-in's state topic {self.topic!r}: {exc}") from None
+
+    def close(self) -> None:
+        if self._beating is not None:
+            self._beating.set()
+        if self._producer is not None:
+            with contextlib.suppress(Exception):
+                self._producer.close(timeout=5)
+            self._producer = None

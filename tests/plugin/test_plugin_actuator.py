@@ -1,0 +1,56 @@
+"""The actuator's broker-plugin mechanism on a real broker that runs the plug-in (issue 42):
+acting on a principal puts it in the state topic, journalled, and its new PIDs are refused;
+the undo (the run's end, or `pidquota actuator lift`) takes it out and they are granted again;
+the heartbeat keeps the brokers obeying."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from harness.plugin import plugin_jar
+from test_plugin_broker import _new_pid, _until
+
+from pidquota.actuate.actuator import Actuator
+from pidquota.actuate.controls import Controls, ThrottleKey
+from pidquota.actuate.journal import Journal
+from pidquota.actuate.mechanisms import broker_plugin
+from pidquota.actuate.plugin_state import PluginState
+from pidquota.actuate.policy import Rails
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    from harness.kafka import ApacheKafka, create
+
+    node = ApacheKafka(tmp_path_factory.mktemp("plugin-act"), plugin=plugin_jar())
+    node.cluster.start()
+    create(node, "orders")
+    yield node
+    node.cluster.stop()
+
+
+def test_acting_refuses_new_pids_and_the_undo_grants_them_again(broker):
+    options = broker.sasl("pidquota")
+    state = PluginState(options, "pidquota-throttle-state")
+    journal = Journal(options, "pidquota-actuator-journal")
+    journal.ensure()
+    journal.claim()
+    state.ensure(journal.principal)
+    state.start_heartbeat(10_000)
+    act = Actuator(broker_plugin(), Rails(hold_ms=60_000, cap=5), Controls(options, state=state), journal)
+    try:
+        assert _new_pid(broker, "crash-loop") == "granted"
+        [row] = act({"User:crash-loop": int(time.time() * 1000) + 30_000})
+        assert row.action == "apply" and row.control == "plug-in throttle for User:crash-loop"
+        assert list(journal.load()) == [ThrottleKey("User:crash-loop")]
+        _until(lambda: _new_pid(broker, "crash-loop") == "refused")
+        assert _new_pid(broker, "steady") == "granted"
+        [row] = act.lift_all()
+        assert row.action == "undo" and journal.load() == {}
+        _until(lambda: _new_pid(broker, "crash-loop") == "granted")
+    finally:
+        journal.close()
+        act.controls.close()
