@@ -175,6 +175,29 @@ class Controls:
                 out.update({v.key: v.value for v in entry.values})
         return out
 
+    def authorizers(self) -> dict[int, str]:
+        """Each broker's ``authorizer.class.name`` (DescribeConfigs), by broker id ("" for none)."""
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        try:
+            ids = [b["broker_id"] for b in self._admin.describe_cluster().get("brokers", [])]
+            found = self._admin.describe_configs(
+                [
+                    ConfigResource(ConfigResourceType.BROKER, str(i), {"authorizer.class.name": None})
+                    for i in ids
+                ],
+                config_filter="all",  # a static setting: not among the "modified" ones
+            )
+        except Exception as exc:  # kafka-python raises several kinds here
+            raise ControlError(
+                f"Kafka at {self._where} did not describe its brokers' configs: {exc}"
+            ) from None
+        brokers = found.get("broker", {}) if isinstance(found, dict) else {}
+        return {
+            int(i): str((brokers.get(str(i), {}).get("authorizer.class.name") or {}).get("value") or "")
+            for i in ids
+        }
+
     def default_quota(self, key: QuotaKey) -> float | None:
         """``key``'s value on the entity type's ``<default>`` entity (``kafka-configs.sh
         --entity-default``), which applies to every entity of the type without a value of its

@@ -38,6 +38,7 @@ from pidquota.quota.user_state import UserState, finite
 log = logging.getLogger("pidquota.actuate")
 CONNECTIONS = "request-quota+connection-rate"  # the mechanism that also acts on addresses
 PLUGIN = "broker-plugin"  # the mechanism that writes the broker plug-in's state topic
+AUTO = "auto"  # the plug-in where every broker runs it, else CONNECTIONS
 
 
 def throttled_until(rows: Iterable[Mapping], window_ms: int, now_ms: int) -> dict[str, int]:
@@ -56,9 +57,34 @@ def throttled_until(rows: Iterable[Mapping], window_ms: int, now_ms: int) -> dic
     return out
 
 
-def mechanism_of(config):
-    """The mechanism the settings name."""
+PLUGIN_CLASS = "io.pidquota.plugin.PidQuotaAuthorizer"
+
+
+def chosen(config, controls) -> tuple[str, str]:
+    """The mechanism to use and why: the setting's, or for ``auto`` the strongest the cluster
+    allows: ``broker-plugin`` when every broker runs pidquota's plug-in (their
+    ``authorizer.class.name``), else ``request-quota+connection-rate``."""
     name = config["pidquota.actuator.mechanism"]
+    if name != AUTO:
+        return name, ""
+    if controls is None:
+        return CONNECTIONS, "auto; a dry run does not ask the brokers"
+    try:
+        found = controls.authorizers()
+    except ControlError as exc:
+        log.warning("actuator: the brokers' authorizer is not known (%s): not the plug-in", exc)
+        return CONNECTIONS, "auto; the brokers' authorizer is not known"
+    running = sorted(i for i, cls in found.items() if cls == PLUGIN_CLASS)
+    if found and len(running) == len(found):
+        return PLUGIN, f"auto; every broker ({len(found)}) runs pidquota's plug-in"
+    if running:
+        return CONNECTIONS, f"auto; only brokers {running} of {sorted(found)} run pidquota's plug-in"
+    return CONNECTIONS, "auto; the brokers do not run pidquota's plug-in"
+
+
+def mechanism_of(config, name: str | None = None):
+    """The mechanism ``name`` (by default the one the settings name)."""
+    name = name or config["pidquota.actuator.mechanism"]
     if name == "deny-writes":
         return deny_writes()
     if name == PLUGIN:
@@ -116,16 +142,15 @@ class BatchActuator:
         controls = journal = None
         if options is not None:
             journal = Journal(options, self.topic, principal=config["pidquota.actuator.principal"])
-            state = None
-            if config["pidquota.actuator.mechanism"] == PLUGIN:
-                state = PluginState(options, config["pidquota.actuator.plugin.topic"])
             # a cluster that does not answer is named within pidquota.kafka.connect.timeout.ms
-            controls = Controls(
-                options, connect_timeout_ms=config["pidquota.kafka.connect.timeout.ms"], state=state
-            )
+            controls = Controls(options, connect_timeout_ms=config["pidquota.kafka.connect.timeout.ms"])
+        self.mechanism, self.why = chosen(config, controls)
+        if controls is not None and self.mechanism == PLUGIN:
+            controls.state = PluginState(options, config["pidquota.actuator.plugin.topic"])
         self.heartbeat_ms = config["pidquota.actuator.plugin.heartbeat.ms"]
-        self.actuator = Actuator(mechanism_of(config), rails_of(config), controls, journal, clock)
-        self.by_address = config["pidquota.actuator.mechanism"] == CONNECTIONS
+        mechanism = mechanism_of(config, self.mechanism)
+        self.actuator = Actuator(mechanism, rails_of(config), controls, journal, clock)
+        self.by_address = self.mechanism == CONNECTIONS
         self.book = AddressBook()
 
     @property

@@ -109,7 +109,7 @@ def actuator_shown(config, act) -> str:
     """The banner's words on the actuator: empty when off."""
     if act is None:
         return ""
-    mechanism = config["pidquota.actuator.mechanism"]
+    mechanism = act.mechanism
     if mechanism.startswith("request-quota"):
         parts = [f"request_percentage {config['pidquota.actuator.request.percentage']:g}"]
         if mechanism != "request-quota" and config["pidquota.input.format"] == "kafka-request-log":
@@ -123,11 +123,12 @@ def actuator_shown(config, act) -> str:
             f" (the state topic {config['pidquota.actuator.plugin.topic']}, obeyed by brokers that run "
             "pidquota's plug-in; they refuse new PIDs and nothing else)"
         )
+    why = f" ({act.why})" if act.why else ""
     hold = config["pidquota.actuator.hold.ms"] / 1000
     how = "DRY RUN: " if act.dry_run else ""
     where = "" if act.dry_run else f" on {act.options['kafka.bootstrap.servers']}"
     return (
-        f"pidquota: actuator {how}{mechanism}{where} for throttled users, held {hold:g} s past their "
+        f"pidquota: actuator {how}{mechanism}{where}{why} for throttled users, held {hold:g} s past their "
         f"throttle, at most {config['pidquota.actuator.max.principals']} at once, and lifted when the "
         "run ends; actions in OUTPUT/actions/"
     )

@@ -706,8 +706,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "pidquota.actuator.mechanism",
         str,
-        "request-quota+connection-rate",
-        "Measured on Apache Kafka 4.1.1 (docs/enforcing.md): request-quota cut PID floods 3-20x "
+        "auto",
+        "Where every broker runs pidquota's plug-in it refuses the offender's new PIDs and nothing "
+        "else (docs/broker-plugin.md). Elsewhere, measured on Apache Kafka 4.1.1 (docs/enforcing.md): request-quota cut PID floods 3-20x "
         "and slowed no other user; with the connection rate on the offender's own address its "
         "kafka-python loops fell to 0-12 PIDs a minute, still with no other user slowed; without "
         "client addresses (JSON events) it is request-quota. DENY ACLs stopped every user's "
@@ -718,9 +719,10 @@ SETTINGS: tuple[Setting, ...] = (
         "connection_creation_rate (KIP-612) on each client address the user has to itself (no "
         "other user's PID came from it; the request log names the address). deny-writes: DENY "
         "ACLs on the user's IDEMPOTENT_WRITE and WRITE, a circuit breaker that also stops its "
-        "steady producers. broker-plugin: the user's entry in the state topic of pidquota's broker "
+        "steady producers. auto: broker-plugin when every broker runs pidquota's plug-in "
+        "(their authorizer.class.name), else request-quota+connection-rate. broker-plugin: the user's entry in the state topic of pidquota's broker "
         "plug-in (docs/broker-plugin.md), which refuses its new PIDs on every broker that runs it.",
-        choices=("request-quota", "request-quota+connection-rate", "deny-writes", "broker-plugin"),
+        choices=("auto", "request-quota", "request-quota+connection-rate", "deny-writes", "broker-plugin"),
     ),
     Setting(
         "pidquota.actuator.plugin.topic",

@@ -54,3 +54,24 @@ def test_acting_refuses_new_pids_and_the_undo_grants_them_again(broker):
     finally:
         journal.close()
         act.controls.close()
+
+
+def test_auto_picks_the_plugin_where_every_broker_runs_it_and_says_so(broker, kafka):
+    from pidquota.actuate.runner import BatchActuator, cluster_options
+    from pidquota.cli.run_plan import actuator_shown
+    from pidquota.conf.loader import load
+
+    config = load(overrides={"pidquota.actuator": "on"}, environ={})
+    assert config["pidquota.actuator.mechanism"] == "auto"
+    act = BatchActuator(config, cluster_options(config, broker.bootstrap))
+    try:
+        assert act.mechanism == "broker-plugin" and act.actuator.mechanism.name == "broker-plugin"
+        assert "every broker (1) runs pidquota's plug-in" in actuator_shown(config, act)
+    finally:
+        act.close()
+    stock = BatchActuator(config, cluster_options(config, kafka.bootstrap))  # the session's broker
+    try:
+        assert stock.mechanism == "request-quota+connection-rate"
+        assert "the brokers do not run pidquota's plug-in" in actuator_shown(config, stock)
+    finally:
+        stock.close()
