@@ -398,3 +398,20 @@ def test_damaged_record_batches_are_a_clear_error_or_rows(records, start, length
                 assert "t-0" in str(exc) or "record batch" in str(exc)
     finally:
         signal.alarm(0)
+
+
+def test_a_topic_kafka_python_forgot_is_gone_not_waited_for():
+    """Issue 43 §3: kafka-python drops a topic its metadata no longer has; asking for it again
+    fails with UnknownTopicOrPartitionError, which meant 'no answer' and a 10 s wait."""
+    from kafka import TopicPartition
+    from kafka.errors import UnknownTopicOrPartitionError
+    from kafka.future import Future
+
+    class Cluster:
+        def add_topic(self, topic):
+            return Future().failure(UnknownTopicOrPartitionError())
+
+    conn = object.__new__(connection.Connection)
+    conn.client = SimpleNamespace(cluster=Cluster())
+    conn.options, conn.timeout_ms = {"kafka.bootstrap.servers": "b:9092"}, 1000
+    assert conn.leader(TopicPartition("doomed", 0)) is None
