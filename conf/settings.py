@@ -92,12 +92,12 @@ def principal_problem(principal: str) -> str | None:
         return f"{principal!r}, which is not a principal (User:NAME)"
     if kind != "User":
         if kind.lower() == "user":
-            return f"{principal!r}: Kafka's principal types are case-sensitive: write User:{name}"
-        return f"{principal!r} is not a Kafka user (User:NAME)"
+            return f"{principal!r}, whose type is not User (Kafka's principal types are case-sensitive): write User:{name}"
+        return f"{principal!r}, which is not a Kafka user (User:NAME)"
     if not name.strip():
-        return f"{principal!r} has no name"
+        return f"{principal!r}, which has no name"
     if name == "*":
-        return f"{principal!r} is Kafka's wildcard: in an ACL it means every user"
+        return f"{principal!r}, Kafka's wildcard (in an ACL it means every user)"
     return None
 
 

@@ -86,7 +86,7 @@ def test_the_allow_list_takes_quoted_and_escaped_ssl_names():
     [
         ("User:*", "wildcard"),
         ("User:a,User:", "has no name"),
-        ("user:admin", "case-sensitive: write User:admin"),
+        ("user:admin", r"case-sensitive\): write User:admin"),
         ('"User:CN=a,O=b', "unclosed"),
     ],
 )
