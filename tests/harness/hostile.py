@@ -9,14 +9,22 @@ error (``PidquotaError``), never another exception.
 from __future__ import annotations
 
 import json
+import os
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-# Readers are fast and pure: many examples, no deadline (a 30 MB line takes its time).
-FAST = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+# Readers are fast and pure: many examples, no deadline (a 30 MB line takes its time). Derandomized:
+# the same examples every run, so CI never fails one day in ten on a case it drew that day (a new
+# search: HYPOTHESIS_RANDOM=1, which draws afresh; a failure found so becomes a fixed example).
+_RANDOM = os.environ.get("HYPOTHESIS_RANDOM") == "1"
+FAST = settings(
+    max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=not _RANDOM
+)
 # Readers that start a Spark job per example.
-SLOW = settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+SLOW = settings(
+    max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), derandomize=not _RANDOM
+)
 
 NUMBERS = [
     "NaN",
