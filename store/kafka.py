@@ -86,7 +86,7 @@ def parse_starting_offsets(text: str) -> str | int | dict:
     how = str(text).strip()
     if how in ("earliest", "latest"):
         return how
-    if how.lstrip("-").isdigit():
+    if re.fullmatch(r"-?[0-9]+", how):  # ASCII digits: str.isdigit() also takes '²', which int() refuses
         if len(how) > 19:
             raise ConfigError(
                 f"startingOffsets {how[:30]}... is not a timestamp in ms: it has {len(how)} digits"
