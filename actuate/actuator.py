@@ -262,6 +262,9 @@ class Actuator:
         try:
             self.journal.write(entry)
             self.entries[entry.control] = entry
+        except JournalFenced as exc:  # another run owns the journal now: this one acts no more
+            self.fenced = self.fenced or exc
+            log.warning("pidquota: actuator: %s", exc)
         except JournalError as exc:
             log.warning("pidquota: actuator: %s (the change itself is made)", exc)
 
@@ -277,6 +280,7 @@ class Actuator:
                     now, entry.principal, "keep", entry.control.name, entry.before, entry.ours, entry.until_ms
                 )
             if same_value(current, entry.before) and entry.state == SETTING:
+                self.journal.write(entry)  # journalled again first: a fenced run stops here
                 self.controls.write(entry.control, entry.ours)
                 self._journal(replace(entry, state=SET))
                 return Action(
@@ -289,7 +293,7 @@ class Actuator:
                     entry.until_ms,
                     note="set again: the journal had it and the cluster did not",
                 )
-        except ControlError as exc:
+        except (ControlError, JournalError) as exc:
             return self._failed(entry.principal, entry.control, now, exc)
         return self._undo(entry, now)  # someone changed it meanwhile: theirs now
 
@@ -300,10 +304,9 @@ class Actuator:
         try:
             current = self.controls.read(control)
             if same_value(current, entry.ours) and not same_value(entry.ours, entry.before):
-                if entry.state != UNDOING:
-                    entry = replace(entry, state=UNDOING)
-                    self.journal.write(entry)
-                    self.entries[control] = entry
+                entry = replace(entry, state=UNDOING)
+                self.journal.write(entry)  # every time, first: a fenced run stops here
+                self.entries[control] = entry
                 self.controls.write(control, entry.before)
                 row = Action(now, entry.principal, "undo", control.name, current, entry.before)
             elif same_value(current, entry.before):

@@ -330,7 +330,7 @@ def _flush(run: _Run, out: Decoded, start: int, end: int, where: str) -> None:
         val_len, val_start = _varints(arr, pos + np.maximum(key_len, 0))
     except _DAMAGE as exc:
         raise corrupt(where, run.base_offsets[0], type(exc).__name__) from None
-    if ((key_len < -1) | (val_len < -1) | (val_start + np.maximum(val_len, 0) > ends)).any():
+    if ((key_len < -1) | (val_len < -1) | (val_start > ends) | (val_len > ends - val_start)).any():
         raise corrupt(where, run.base_offsets[0], "a record's key or value runs past the record")
     offsets = np.repeat(np.asarray(run.base_offsets, np.int64), counts) + off_delta
     ts_delta[np.repeat(np.asarray(run.log_append), counts)] = 0
