@@ -8,8 +8,10 @@ error (``PidquotaError``), never another exception.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -110,3 +112,12 @@ def as_bytes(line: str | bytes) -> bytes:
 
 def as_text(line: str | bytes) -> str:
     return line if isinstance(line, str) else line.decode("utf-8", "replace")
+
+
+@contextlib.contextmanager
+def written(raw: bytes, suffix: str = ".json"):
+    """A temporary file holding ``raw``: its path, for a reader of files."""
+    with tempfile.NamedTemporaryFile("wb", suffix=suffix) as f:
+        f.write(raw)
+        f.flush()
+        yield f.name

@@ -2,9 +2,8 @@
 exception."""
 
 import json
-import tempfile
 
-from harness.hostile import FAST, NUMBERS, as_bytes, deep, json_values
+from harness.hostile import FAST, NUMBERS, as_bytes, deep, json_values, written
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,13 +22,11 @@ _doc = (
 @FAST
 @given(_doc, st.binary(max_size=6))
 def test_no_owners_file_raises_anything_but_a_clear_error(text, junk):
-    with tempfile.NamedTemporaryFile("wb", suffix=".json") as f:
-        f.write(as_bytes(text) + junk)
-        f.flush()
+    with written(as_bytes(text) + junk) as name:
         try:
-            owners = Owners.from_file(f.name)
+            owners = Owners.from_file(name)
         except PidquotaError as exc:
-            assert "pidquota.audit.owners" in str(exc) and f.name in str(exc)
+            assert "pidquota.audit.owners" in str(exc) and name in str(exc)
         else:
             assert owners.of("orders").startswith(("User:", "Topic:")) or owners.of("orders")
 

@@ -1,9 +1,8 @@
 """Hostile traffic mix files (issue 44): a clear error or a mix, never another exception."""
 
 import json
-import tempfile
 
-from harness.hostile import FAST, as_bytes, deep, json_values
+from harness.hostile import FAST, as_bytes, deep, json_values, written
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -22,10 +21,8 @@ _doc = (
 @FAST
 @given(_doc, st.binary(max_size=6))
 def test_no_mix_file_raises_anything_but_a_clear_error(text, junk):
-    with tempfile.NamedTemporaryFile("wb", suffix=".json") as f:
-        f.write(as_bytes(text) + junk)
-        f.flush()
+    with written(as_bytes(text) + junk) as name:
         try:
-            load_mix(f.name)
+            load_mix(name)
         except PidquotaError as exc:
             assert str(exc)
