@@ -88,8 +88,9 @@ class Actuator:
             done = entry.until_ms <= now or entry.state == UNDOING
             rows.append(self._undo(entry, now) if done else self._ensure(entry, now))
         for principal in list(self.acted):
-            if not self._holds(principal):
+            if not self._holds(principal):  # let go: acted on again later, all its controls are set
                 self.acted.pop(principal)
+                self.ended.pop(principal, None)
         return rows
 
     def __call__(
@@ -177,6 +178,8 @@ class Actuator:
         set. The principal is acted on from the first try: what fails is tried again at each
         batch, and whatever was set is undone when its time is up."""
         rows = []
+        if not missing_only:  # acted on anew: what an earlier spell undid is its to set again
+            self.ended.pop(principal, None)
         ended = self.ended.get(principal, set())
         for control, ours in self.mechanism.controls(principal, self.addresses.get(principal, ())):
             held = self.entries.get(control)
@@ -247,7 +250,7 @@ class Actuator:
         key the entity does not have falls back to the entity type's ``<default>``, which a
         user-level value would override, so a stricter default must be kept, never loosened.
         With the note an action row gives when the operator's value is kept."""
-        if isinstance(control, QuotaKey) and before is None and hasattr(self.controls, "default_quota"):
+        if isinstance(control, QuotaKey) and before is None:
             default = self.controls.default_quota(control)
             if default is not None:
                 return default, (

@@ -18,15 +18,15 @@ had set 200 writes ``{"control": {"kind": "quota", "entity_type": "user", "entit
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import logging
 import math
 import time
+import uuid
 from dataclasses import asdict, dataclass, fields
 
 from pidquota.actuate.controls import AclBinding, Control, ControlError, Controls, QuotaKey, ThrottleKey
-from pidquota.actuate.mechanisms import deny_writes, user_name
+from pidquota.actuate.mechanisms import deny_writes, is_ip, user_name
 from pidquota.conf import jsontext
 from pidquota.conf.errors import PidquotaError
 from pidquota.conf.settings import principal_problem
@@ -81,6 +81,12 @@ class Entry:
         body = _object(raw, {f.name for f in fields(cls)})
         control = _control(body["control"])
         principal, state, until = body["principal"], body["state"], body["until_ms"]
+        why = principal_problem(principal) if isinstance(principal, str) else None
+        if why is not None:  # before issue 45, pidquota took User:* and User: as principals
+            raise ForeignRecord(
+                f"its principal is {why}: never undone by pidquota, since a crafted record "
+                f"reads the same; if pidquota set {control.name}, undo it by hand (docs/enforcing.md)"
+            )
         if not isinstance(principal, str) or not fits(control, principal):
             raise ForeignRecord(f"{control.name} is not a control pidquota sets for {principal!r}")
         if state not in (SETTING, SET, UNDOING):
@@ -107,19 +113,11 @@ def fits(control: Control, principal: str) -> bool:
         return (
             control.entity_type == "ip"
             and control.key == "connection_creation_rate"
-            and _is_ip(control.entity)
+            and is_ip(control.entity)
         )
     if isinstance(control, ThrottleKey):
         return control == ThrottleKey(principal)
     return control in {binding for binding, _ in deny_writes().controls(principal)}
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _value_fits(control: Control, value) -> bool:
@@ -180,26 +178,67 @@ class Journal:
         self.principal = principal or own_principal(options)
         self._producer = None
         self._claimed = False
+        self._stale = False  # a claimed write failed: the next write re-claims, if still the owner
+        self._run = uuid.uuid4().hex  # this run, in the owner record its claim writes
 
     @property
     def owner_id(self) -> str:
         return f"pidquota-journal-{self.topic}"
 
     def claim(self) -> None:
-        """Become the journal's one writer: fences every earlier writer of this journal."""
+        """Become the journal's one writer: fences every earlier writer of this journal, and
+        commits an owner record naming this run (what a re-claim checks: :meth:`_reclaim`)."""
         self.close()
         try:
             producer = kafka_store.producer(
                 self.options, request_timeout_ms=self.timeout_ms, transactional_id=self.owner_id
             )
-            producer.init_transactions()
+            kafka_store.bounded(producer.init_transactions, self._wait_s, f"claiming {self.owner_id}")
         except Exception as exc:  # kafka-python raises several kinds here
             raise JournalError(
                 f"cannot claim the journal topic {self.topic!r} (transactional id {self.owner_id}): "
                 f"{type(exc).__name__}: {_short(exc)}; pidquota's principal needs WRITE and DESCRIBE on "
                 "that transactional id: docs/enforcing.md"
             ) from None
-        self._producer, self._claimed = producer, True
+        self._producer, self._claimed, self._stale = producer, True, False
+        try:
+            self._send(OWNER_KEY, json.dumps({"run": self._run, "at_ms": int(time.time() * 1000)}).encode())
+        except JournalFenced:
+            raise
+        except JournalError as exc:  # a claim without its owner record would read as fenced later
+            self.close()
+            raise JournalError(f"cannot claim the journal topic {self.topic!r}: {exc}") from None
+
+    @property
+    def _wait_s(self) -> float:
+        return 2 * self.timeout_ms / 1000
+
+    def _reclaim(self) -> None:
+        """After a claimed write failed without a fence (an outage; a transaction the broker
+        aborted when it outlived its timeout reads as a stale epoch), the producer may be
+        unusable: claim again, but only while the journal's last owner record is this run's;
+        another run's means it took the journal over: :class:`JournalFenced`."""
+        owner = None
+        try:
+            for record in kafka_store.read_to_end(self.options, self.topic, self.timeout_ms):
+                if record.key == OWNER_KEY and record.value is not None:
+                    owner = record.value
+        except PidquotaError as exc:
+            raise JournalError(f"cannot check who owns the journal topic {self.topic!r}: {exc}") from None
+        try:
+            run = jsontext.loads(owner).get("run") if owner else None
+        except (ValueError, AttributeError):
+            run = None
+        if run != self._run:
+            raise self._fence()
+        self.claim()
+
+    def _fence(self) -> JournalFenced:
+        self.close()
+        return JournalFenced(
+            f"another pidquota run (or `pidquota actuator lift`) took over the journal topic "
+            f"{self.topic!r}: this run changes nothing more; the other holds and lifts what was set"
+        )
 
     def ensure(self) -> None:
         """Create the topic (compacted, one partition, replicated up to 3) unless it exists;
@@ -218,36 +257,15 @@ class Journal:
 
     def load(self) -> dict[Control, Entry]:
         """Every live record: the last one per control, tombstones dropped."""
-        from kafka import TopicPartition
-
-        consumer = kafka_store.consumer(
-            self.options, request_timeout_ms=self.timeout_ms, isolation_level="read_committed"
-        )
         try:
-            part = TopicPartition(self.topic, 0)
-            consumer.assign([part])
-            consumer.seek_to_beginning(part)
-            end = consumer.end_offsets([part])[part]
-            out: dict[Control, Entry] = {}
-            deadline = time.monotonic() + self.timeout_ms / 1000
-            while consumer.position(part) < end:
-                if time.monotonic() > deadline:
-                    raise JournalError(
-                        f"the journal topic {self.topic!r} was not read to its end (offset {end}) "
-                        f"within {self.timeout_ms / 1000:g} s; is every broker up?"
-                    )
-                for records in consumer.poll(timeout_ms=1000).values():
-                    for record in records:
-                        self._read(record, out)
-            return out
-        except PidquotaError:
-            raise
-        except Exception as exc:  # kafka-python raises several kinds here
-            raise JournalError(
-                f"cannot read the journal topic {self.topic!r}: {type(exc).__name__}: {exc}"
-            ) from None
-        finally:
-            consumer.close()
+            records = kafka_store.read_to_end(self.options, self.topic, self.timeout_ms)
+        except PidquotaError as exc:
+            raise JournalError(f"cannot read the journal topic {self.topic!r}: {exc}") from None
+        out: dict[Control, Entry] = {}
+        for record in records:
+            if record.key != OWNER_KEY:
+                self._read(record, out)
+        return out
 
     def _read(self, record, out: dict) -> None:
         """One record into ``out``. A record pidquota would not have written (see
@@ -269,45 +287,58 @@ class Journal:
             out[control] = entry
 
     def write(self, entry: Entry) -> None:
-        self._send(entry.control, entry.to_json())
+        """Journal ``entry``; one its own reader would skip (:func:`fits`) is refused, never
+        written: its control would then be set and never undone."""
+        if not fits(entry.control, entry.principal):
+            raise JournalError(f"{entry.control.name} is not a control pidquota sets for {entry.principal!r}")
+        self._send(_key(entry.control), entry.to_json())
 
     def remove(self, control: Control) -> None:
-        self._send(control, None)
+        self._send(_key(control), None)
 
-    def _send(self, control: Control, value: bytes | None) -> None:
+    def _send(self, key: bytes, value: bytes | None) -> None:
+        """One record; claimed, in a transaction of its own, each step bounded in time (a
+        broker gone mid-commit is an error, not a hang)."""
+        from kafka.errors import ProducerFencedError
+
+        if self._stale:
+            self._reclaim()
         try:
             if self._producer is None:
                 self._producer = kafka_store.producer(self.options, request_timeout_ms=self.timeout_ms)
             if self._claimed:
                 self._producer.begin_transaction()
-            self._producer.send(self.topic, key=_key(control), value=value).get(
-                timeout=self.timeout_ms / 1000
-            )
+            self._producer.send(self.topic, key=key, value=value).get(timeout=self.timeout_ms / 1000)
             if self._claimed:
-                self._producer.commit_transaction()
+                kafka_store.bounded(self._producer.commit_transaction, self._wait_s, "the journal's commit")
         except Exception as exc:  # kafka-python raises several kinds here
-            if kafka_store.fenced(exc):
-                raise JournalFenced(
-                    f"another pidquota run (or `pidquota actuator lift`) took over the journal topic "
-                    f"{self.topic!r}: this run changes nothing more; the other holds and lifts what was set"
-                ) from None
+            if isinstance(exc, ProducerFencedError) or any(
+                isinstance(a, ProducerFencedError) for a in exc.args
+            ):
+                raise self._fence() from None
             self._abort()
             raise JournalError(
-                f"cannot write the journal topic {self.topic!r}: {type(exc).__name__}: {exc}"
+                f"cannot write the journal topic {self.topic!r}: {type(exc).__name__}: {_short(exc)}"
             ) from None
 
     def _abort(self) -> None:
-        """A failed transaction is aborted, so that the next write can begin one."""
+        """A failed transaction is aborted; the producer is then re-claimed before the next
+        write (kafka-python leaves it unusable after some failures, and a transaction the broker
+        timed out reads as a stale epoch, not as a fence)."""
         if self._claimed and self._producer is not None:
             with contextlib.suppress(Exception):
-                self._producer.abort_transaction()
+                kafka_store.bounded(self._producer.abort_transaction, self._wait_s, "the journal's abort")
+            self._stale = True
 
     def close(self) -> None:
         if self._producer is not None:
             with contextlib.suppress(Exception):
                 self._producer.close(timeout=5)
             self._producer = None
-        self._claimed = False
+        self._claimed = self._stale = False
+
+
+OWNER_KEY = b'{"kind": "owner"}'  # the owner record's key: which run claimed the journal last
 
 
 def _key(control: Control) -> bytes:
@@ -393,7 +424,14 @@ def _check_compacted(admin, topic: str, what: str) -> None:
 
     found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
     policy = _config_value(found, topic, "cleanup.policy")
-    if policy is not None and "compact" not in policy.split(","):
+    if policy is None:  # DESCRIBE_CONFIGS on the topic refused, or an answer without it
+        log.warning(
+            "pidquota: %s %r: its cleanup.policy could not be read (pidquota's principal needs "
+            "DESCRIBE_CONFIGS on the topic); it must be compact, or retention deletes what pidquota holds",
+            what,
+            topic,
+        )
+    elif "compact" not in policy.split(","):
         raise JournalError(
             f"{what} {topic!r} exists with cleanup.policy={policy}, not compact: retention "
             f"would delete what pidquota holds. Set it (kafka-configs.sh --alter --entity-type topics "

@@ -27,6 +27,7 @@ fractional one).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -53,6 +54,15 @@ def user_name(principal: str) -> str:
     return principal.split(":", 1)[1] if principal.startswith("User:") else principal
 
 
+def is_ip(text: str) -> bool:
+    """An IPv4 or IPv6 address (a zone id allowed), as Kafka's IP quota entity takes it."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def request_quota(percentage: float) -> Mechanism:
     return Mechanism(
         "request-quota",
@@ -65,7 +75,9 @@ def quota_and_connections(percentage: float, rate: float) -> Mechanism:
 
     def controls(principal: str, addresses: tuple[str, ...]) -> list[tuple[Control, object]]:
         per_ip = [
-            (QuotaKey("ip", a, "connection_creation_rate"), float(rate)) for a in sorted(set(addresses))
+            (QuotaKey("ip", a, "connection_creation_rate"), float(rate))
+            for a in sorted(set(addresses))
+            if is_ip(a)  # Kafka's IP entity is an address; a host name would never match
         ]
         return quota.controls(principal) + per_ip
 

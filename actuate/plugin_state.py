@@ -85,30 +85,14 @@ class PluginState:
         threading.Thread(target=loop, name="pidquota-plugin-heartbeat", daemon=True).start()
 
     def _latest(self) -> dict[bytes, bytes | None]:
-        """Every key's newest value, read to the end of the topic."""
-        from kafka import TopicPartition
-
+        """Every key's newest value, read to the end of the topic (all of it, or a
+        ControlError: a partial read would show a throttle as gone, and its undo would end the
+        journal's record while the throttle stayed in the topic)."""
         try:
-            consumer = kafka_store.consumer(
-                self.options, request_timeout_ms=self.timeout_ms, isolation_level="read_committed"
-            )
+            records = kafka_store.read_to_end(self.options, self.topic, self.timeout_ms)
         except PidquotaError as exc:
-            raise ControlError(str(exc)) from None
-        try:
-            part = TopicPartition(self.topic, 0)
-            consumer.assign([part])
-            consumer.seek_to_beginning(part)
-            end = consumer.end_offsets([part])[part]
-            out: dict[bytes, bytes | None] = {}
-            deadline = time.monotonic() + self.timeout_ms / 1000
-            while consumer.position(part) < end and time.monotonic() < deadline:
-                for records in consumer.poll(timeout_ms=500).values():
-                    out.update((r.key, r.value) for r in records if r.key is not None)
-            return out
-        except Exception as exc:  # kafka-python raises several kinds here
             raise ControlError(f"cannot read the plug-in's state topic {self.topic!r}: {exc}") from None
-        finally:
-            consumer.close()
+        return {r.key: r.value for r in records if r.key is not None}
 
     def _send(self, key: bytes, value: bytes | None) -> None:
         try:

@@ -145,8 +145,8 @@ class BatchActuator:
             # a cluster that does not answer is named within pidquota.kafka.connect.timeout.ms
             controls = Controls(options, connect_timeout_ms=config["pidquota.kafka.connect.timeout.ms"])
         self.mechanism, self.why = chosen(config, controls)
-        if controls is not None and self.mechanism == PLUGIN:
-            controls.state = PluginState(options, config["pidquota.actuator.plugin.topic"])
+        if controls is not None:  # whatever the mechanism now: the journal may hold plug-in throttles
+            controls.state = PluginState(options, config["pidquota.actuator.plugin.topic"])  # of a past run
         self.heartbeat_ms = config["pidquota.actuator.plugin.heartbeat.ms"]
         mechanism = mechanism_of(config, self.mechanism)
         self.actuator = Actuator(mechanism, rails_of(config), controls, journal, clock)
@@ -170,7 +170,7 @@ class BatchActuator:
         self.actuator.journal.ensure()
         self.actuator.journal.claim()  # one owner: fences an earlier run on this journal, then reads it
         state = self.actuator.controls.state
-        if state is not None:  # the plug-in's topic, then the heartbeat that makes the brokers obey it
+        if self.mechanism == PLUGIN:  # the plug-in's topic, then the heartbeat that makes the brokers obey it
             state.ensure(self.actuator.journal.principal)
             state.start_heartbeat(self.heartbeat_ms)
         rows = self.actuator.reconcile()

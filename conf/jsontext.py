@@ -44,11 +44,14 @@ def loads(text: str | bytes | bytearray):
     except json.JSONDecodeError:
         raise
     except UnicodeDecodeError as exc:  # bytes: json decodes them as UTF-8 (or -16, -32) first
-        raise ValueError(
-            f"not UTF-8 text (byte {exc.start}: {exc.object[exc.start : exc.start + 4]!r})"
-        ) from None
+        raise ValueError(not_utf8(exc)) from None
     except ValueError:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
         raise NumberTooLong() from None
+
+
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """What a ``UnicodeDecodeError`` says, the way every reader of outside bytes says it."""
+    return f"not UTF-8 text (byte {exc.start}: {exc.object[exc.start : exc.start + 4]!r})"
 
 
 def brief(value, n: int = 40) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pidquota.conf import jsontext
 from pidquota.conf.errors import ConfigError, InputError
 from pidquota.conf.settings import BY_NAME, SETTINGS, Setting
 
@@ -174,8 +175,7 @@ def load(
         raise InputError(f"cannot read settings file {str(file)!r}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(
-            f"settings file {str(file)!r} is not UTF-8 text (byte {exc.start}: {exc.object[exc.start : exc.start + 4]!r}); "
-            "save it as UTF-8"
+            f"settings file {str(file)!r} is {jsontext.not_utf8(exc)}; save it as UTF-8"
         ) from None
     layers.append((str(file), parse_properties(text, str(file))))
     env = os.environ if environ is None else environ

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass
 
 from pidquota.conf import jsontext
@@ -226,6 +227,61 @@ def fenced(exc: BaseException) -> bool:
 
     fencing = (ProducerFencedError, InvalidProducerEpochError)
     return isinstance(exc, fencing) or any(isinstance(a, fencing) for a in getattr(exc, "args", ()))
+
+
+def bounded(step, wait_s: float, what: str) -> None:
+    """Run ``step`` (a transaction step kafka-python waits for without end when a broker is
+    gone mid-commit: ``commit_transaction``, ``abort_transaction``, ``init_transactions``) for
+    at most ``wait_s``; else a KafkaError that says ``what`` got no answer. The step's own
+    exception is raised as it is."""
+    import threading
+
+    done, failure = threading.Event(), []
+
+    def run():
+        try:
+            step()
+        except BaseException as exc:  # handed to the caller below
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="pidquota-kafka-txn", daemon=True).start()
+    if not done.wait(wait_s):
+        raise KafkaError(f"{what} got no answer within {wait_s:g} s; is the broker up?")
+    if failure:
+        raise failure[0]
+
+
+def read_to_end(options: dict, topic: str, timeout_ms: int):
+    """Every record of ``topic``'s partition 0, read_committed, from its start to the end it has
+    now: a compacted topic of pidquota's own (the actuator's journal, the plug-in's state).
+    All of it or a KafkaError: a read cut short by its deadline would pass for the topic's
+    whole state (a throttle in it would look absent, and be tombstoned in the journal alone)."""
+    from kafka import TopicPartition
+
+    reader = consumer(options, request_timeout_ms=timeout_ms, isolation_level="read_committed")
+    try:
+        part = TopicPartition(topic, 0)
+        reader.assign([part])
+        reader.seek_to_beginning(part)
+        end = reader.end_offsets([part])[part]
+        records, deadline = [], time.monotonic() + timeout_ms / 1000
+        while reader.position(part) < end:
+            if time.monotonic() > deadline:
+                raise KafkaError(
+                    f"topic {topic!r} was not read to its end (offset {end}) within "
+                    f"{timeout_ms / 1000:g} s; is every broker up?"
+                )
+            for batch in reader.poll(timeout_ms=500).values():
+                records += batch
+        return records
+    except PidquotaError:
+        raise
+    except Exception as exc:  # kafka-python raises several kinds here
+        raise KafkaError(f"cannot read topic {topic!r}: {type(exc).__name__}: {exc}") from None
+    finally:
+        reader.close()
 
 
 def fetch_client(options: dict, **extra):

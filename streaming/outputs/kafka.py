@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from pidquota.conf.settings import BY_NAME
-from pidquota.store.kafka import KafkaError, fenced, normalized
+from pidquota.store.kafka import KafkaError, bounded, fenced, normalized
 from pidquota.store.kafka import consumer as kafka_consumer
 from pidquota.store.kafka import producer as kafka_producer
 from pidquota.streaming.columns import OUTPUTS
@@ -265,28 +265,12 @@ class KafkaOutput:
         return sent
 
     def _bounded(self, step, batch_id: int) -> None:
-        """Run a transaction step that kafka-python would wait for without end (a broker gone
-        mid-commit), for at most ``wait_s``."""
-        import threading
-
-        done, failure = threading.Event(), []
-
-        def run():
-            try:
-                step()
-            except BaseException as exc:  # handed to the caller below
-                failure.append(exc)
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name="pidquota-kafka-txn", daemon=True).start()
-        if not done.wait(self.wait_s):
-            raise KafkaError(
-                f"batch {batch_id}: the Kafka transaction got no answer from "
-                f"{self.options['kafka.bootstrap.servers']} within {self.wait_s:g} s; is the broker up?"
-            )
-        if failure:
-            raise failure[0]
+        """A transaction step for at most ``wait_s`` (kafka-python would wait without end)."""
+        bounded(
+            step,
+            self.wait_s,
+            f"batch {batch_id}: the Kafka transaction on {self.options['kafka.bootstrap.servers']}",
+        )
 
     def _abort(self, batch_id: int) -> None:
         try:

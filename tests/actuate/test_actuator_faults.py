@@ -28,6 +28,9 @@ class Cluster:
     def read(self, control):
         return self.values.get(control, False if not isinstance(control, QuotaKey) else None)
 
+    def default_quota(self, control):
+        return None  # no <default> quotas (DefaultsCluster has some)
+
     def write(self, control, value):
         if control in self.refuse or "all" in self.refuse:
             raise ControlError(f"Kafka refused to change {control.name}")
@@ -290,3 +293,24 @@ def test_a_looser_default_is_tightened_as_before():
     act = Actuator(request_quota(1.0), RAILS, cluster, FakeJournal(cluster), Clock())
     [row] = act({"User:crash": NOW})
     assert row.action == "apply" and cluster.values[KEY] == 1.0
+
+
+def test_a_principal_undone_at_the_restart_and_throttled_again_is_retried_when_its_apply_fails():
+    """Review of issue 45: the restart's undo of an expired record marked the control as ended
+    for good, so a principal throttled again whose first apply failed was never tried again."""
+    cluster = Cluster()
+    journal = FakeJournal(cluster)
+    clock = Clock()
+    first = Actuator(request_quota(1.0), RAILS, cluster, journal, clock)
+    first({"User:crash": NOW + 60_000})
+    assert cluster.values[KEY] == 1.0
+    clock.t += 120  # the run was killed; its hold is over when the next one starts
+    again = Actuator(request_quota(1.0), RAILS, cluster, journal, clock)
+    assert [r.action for r in again.reconcile()] == ["undo"]
+    assert cluster.values[KEY] is None
+    cluster.refuse = {KEY}
+    assert [r.action for r in again({"User:crash": int(clock.t * 1000) + 60_000})] == ["failed"]
+    cluster.refuse = set()
+    clock.t += 1
+    assert [r.action for r in again({"User:crash": int(clock.t * 1000) + 60_000})] == ["apply"]
+    assert cluster.values[KEY] == 1.0

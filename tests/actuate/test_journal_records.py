@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import asdict
 from types import SimpleNamespace
 
 import pytest
@@ -109,3 +110,29 @@ def test_a_key_that_does_not_match_its_value_is_skipped(caplog):
 )
 def test_no_record_makes_the_reader_raise(key, value):
     _load(_record(key, value))
+
+
+def test_a_record_its_reader_would_skip_is_never_written():
+    """Review of issue 45: a control set and journalled under a record the reader skips would
+    never be undone (an IP entity that is a host name, a wildcard principal)."""
+    from pidquota.actuate.journal import JournalError
+    from pidquota.actuate.mechanisms import quota_and_connections
+
+    host = QuotaKey("ip", "client.example.com", "connection_creation_rate")
+    for entry in (
+        Entry(host, "User:crash", None, 2.0, 1_800_000_000_000, SET),
+        Entry(QuotaKey("user", "*", "request_percentage"), "User:*", None, 1.0, 1_800_000_000_000, SET),
+    ):
+        with pytest.raises(JournalError, match="is not a control pidquota sets"):
+            Journal({}, "j").write(entry)  # refused before any connection is made
+    controls = quota_and_connections(1.0, 2).controls("User:crash", ("client.example.com", "10.0.0.5"))
+    assert [c.entity for c, _ in controls] == ["crash", "10.0.0.5"]
+
+
+def test_a_wildcard_record_of_an_earlier_version_is_skipped_with_what_to_do(caplog):
+    body = json.loads(GOOD.to_json())
+    acl = {"kind": "acl", **asdict(AclBinding("User:*", "WRITE", "DENY", "TOPIC", "*"))}
+    body.update(control=acl, principal="User:*", before=False, ours=True)
+    with caplog.at_level(logging.WARNING, logger="pidquota.actuate"):
+        assert _load(_record(json.dumps(acl).encode(), json.dumps(body).encode(), 7)) == {}
+    assert "offset 7 skipped" in caplog.text and "undo it by hand" in caplog.text

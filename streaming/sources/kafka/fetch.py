@@ -166,11 +166,30 @@ def _still_there(conn: Connection, at: _Range, every_s: float = 1.0, wait_ms: in
     except errors.KafkaError:
         return True  # no answer: the timeout decides
     try:
-        if conn.leader(at.tp) is not None:
-            return True
+        node = conn.leader(at.tp)
+        if node is not None:
+            return _log_reaches(conn, node, at)
     except errors.KafkaError:
         return True
     at.lost(f"{at.name} no longer exists (the topic was deleted or recreated?)", at.options)
+    return False
+
+
+def _log_reaches(conn: Connection, node: int, at: _Range) -> bool:
+    """Whether the partition's log still reaches past ``at.pos``: a planned range that gives
+    nothing while the log now ends at or before where the read stands was lost under it. A
+    topic deleted and created again, empty (a client that still tracked it asked the broker
+    to create it, or an operator did) fetches nothing, without an error, and was waited for
+    as a broker that is down (issue 43 §3, the fourth cause). The high watermark never goes
+    back on a leader change (KIP-207: the new leader answers OFFSET_NOT_AVAILABLE, retriable,
+    until it has caught up), so only a recreated or truncated log ends below a planned range."""
+    last = conn.list_offset(at.tp, node, -1)
+    if last > at.pos:
+        return True
+    at.lost(
+        f"{at.name} offsets {at.pos}..{at.end - 1} are past the log end {last} (truncated or recreated)",
+        at.options,
+    )
     return False
 
 

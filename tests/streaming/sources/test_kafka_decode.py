@@ -189,6 +189,7 @@ class FakeBroker:
     def __init__(self, options):
         self.options, self.closed, self.fetches = options, False, []
         self.log, self.log_start, self.exists = b"", 0, True
+        self.log_end = 1_000  # the high watermark ListOffsets gives: past every range read here
         FakeBroker.instances.append(self)
 
     def leader(self, tp):
@@ -208,7 +209,7 @@ class FakeBroker:
         return SimpleNamespace(error_code=0, records=self.log[: max_bytes if max_bytes < 1000 else None])
 
     def list_offset(self, tp, node, spec):
-        return self.log_start
+        return self.log_start if spec == -2 else self.log_end
 
     def close(self):
         self.closed = True
@@ -258,6 +259,15 @@ def test_deleted_offsets_are_data_loss_unless_allowed(fake, monkeypatch):
     with pytest.raises(KafkaError, match=r"data loss: t-0 offsets 0..2 were deleted before they were read"):
         read(0, 5)
     assert read(0, 5, failondataloss="false") == ["d", "e"]
+
+
+def test_a_log_that_ends_before_the_range_while_fetches_say_nothing_is_data_loss(fake, monkeypatch):
+    """A topic deleted and created again, empty, under a planned range: the fetch at its
+    offset answers no error and no records; the log's end says the range is gone (issue 43 §3)."""
+    monkeypatch.setattr(FakeBroker, "list_offset", lambda self, tp, node, spec: 0)
+    with pytest.raises(KafkaError, match=r"data loss: t-0 offsets 0..4 are past the log end 0"):
+        read(0, 5, fetchtimeoutms="60000")
+    assert read(0, 5, fetchtimeoutms="60000", failondataloss="false") == []
 
 
 def test_a_vanished_partition_is_data_loss_unless_allowed(fake, monkeypatch):

@@ -54,9 +54,43 @@ def test_a_topic_deleted_mid_run_is_data_loss_that_names_it(kafka, fail_on_data_
         end = rd.latestOffset(start, ReadAllAvailable())  # planned: offsets 0..9
         _delete(kafka, topic)
         if fail_on_data_loss == "true":
-            with pytest.raises(KafkaError, match=rf"{topic}-0 no longer exists"):
+            # deleted, or (when a client that still tracked it asked the broker to create it
+            # again) recreated empty: either way the planned offsets are lost, and named
+            lost = rf"{topic}-0 no longer exists|{topic}-0 offsets 0..9 are past the log end 0"
+            with pytest.raises(KafkaError, match=lost):
                 read_rows(rd, topic, start[topic], end[topic])
         else:
             assert read_rows(rd, topic, start[topic], end[topic]) == []  # skipped, with a warning
+    finally:
+        rd.stop()
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_topic_recreated_empty_mid_run_is_data_loss_that_names_it(kafka, fail_on_data_loss):
+    """Issue 43 §3, the fourth cause: a deleted topic created again (empty) fetches nothing,
+    without an error; the read named a broker that is down after its timeout."""
+    from harness.kafka import create
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    topic = f"reborn-{fail_on_data_loss}"
+    kafka.produce(topic, [f"r{i}" for i in range(10)], partitions=1)
+    rd = reader(kafka, topic, failOnDataLoss=fail_on_data_loss, fetchTimeoutMs="30000")
+    try:
+        start = rd.initialOffset()
+        end = rd.latestOffset(start, ReadAllAvailable())  # planned: offsets 0..9
+        _delete(kafka, topic)
+        for _ in range(100):
+            try:
+                create(kafka, topic)
+                break
+            except Exception:  # the deletion may still be under way on the broker
+                time.sleep(0.1)
+        t0 = time.monotonic()
+        if fail_on_data_loss == "true":
+            with pytest.raises(KafkaError, match=rf"{topic}-0 offsets 0..9 are past the log end 0"):
+                read_rows(rd, topic, start[topic], end[topic])
+        else:
+            assert read_rows(rd, topic, start[topic], end[topic]) == []  # skipped, with a warning
+        assert time.monotonic() - t0 < 25, "named at the next metadata look, not at the timeout"
     finally:
         rd.stop()
