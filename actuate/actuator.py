@@ -11,7 +11,9 @@ journalled first and undone exactly.
 * **Start** (:meth:`Actuator.reconcile`): the journal against the cluster. A control whose
   time is up is undone; a current one is kept, and set again if a crash came between its
   journal record and the change.
-* **Dry run**: the same rows, marked ``dry_run``, and nothing read or changed.
+* **Dry run**: the same rows, marked ``dry_run``, and nothing changed; with ``peek`` (the
+  cluster's controls, read only) each row shows the operator's value, and a quota the
+  operator already set as strict is a ``keep``, as the run would do.
 * **Faults**: a control Kafka refuses or does not answer is an action row ``failed`` and a
   warning; the stream goes on and the next batch tries again.
 
@@ -59,10 +61,12 @@ class Actuator:
         controls=None,
         journal=None,
         clock: Callable[[], float] = time.time,
+        peek=None,
     ):
         self.mechanism, self.rails = mechanism, rails
         self.controls, self.journal, self.clock = controls, journal, clock
         self.dry_run = controls is None
+        self.peek = peek  # a dry run's read-only look at the cluster (None: the values are not read)
         self.entries: dict[Control, Entry] = {}  # what pidquota holds now (the journal's live records)
         self.acted: dict[str, int] = {}  # principal -> until_ms
         self.theirs: dict[Control, str] = {}  # controls the operator set as strict -> the acted principal
@@ -227,7 +231,7 @@ class Actuator:
     # -- one control -------------------------------------------------------------------
     def _apply(self, principal: str, control: Control, ours, until: int, now: int) -> Action:
         if self.dry_run:
-            return Action(now, principal, "apply", control.name, value=ours, until_ms=until, dry_run=True)
+            return self._dry_apply(principal, control, ours, until, now)
         if control in self.entries:
             return self._ensure(self.entries[control], now)
         try:
@@ -245,13 +249,29 @@ class Actuator:
             return self._failed(principal, control, now, exc)
         return Action(now, principal, "apply", control.name, before, ours, until)
 
-    def _effective(self, control: Control, before) -> tuple[object, str]:
+    def _dry_apply(self, principal: str, control: Control, ours, until: int, now: int) -> Action:
+        """What :meth:`_apply` would do, read with ``peek`` and changing nothing."""
+        if self.peek is None:  # no cluster given: the banner says the values are not read
+            return Action(now, principal, "apply", control.name, None, ours, until, dry_run=True)
+        try:
+            before = self.peek.read(control)
+            effective, whose = self._effective(control, before, self.peek)
+        except ControlError as exc:
+            note = f"the operator's value is not read: {exc}"
+            return Action(now, principal, "apply", control.name, None, ours, until, dry_run=True, note=note)
+        if _as_strict(control, effective, ours):
+            return Action(
+                now, principal, "keep", control.name, before, effective, until, dry_run=True, note=whose
+            )
+        return Action(now, principal, "apply", control.name, before, ours, until, dry_run=True)
+
+    def _effective(self, control: Control, before, controls=None) -> tuple[object, str]:
         """The value that applies to the principal now, Kafka's precedence included: a quota
         key the entity does not have falls back to the entity type's ``<default>``, which a
         user-level value would override, so a stricter default must be kept, never loosened.
         With the note an action row gives when the operator's value is kept."""
         if isinstance(control, QuotaKey) and before is None:
-            default = self.controls.default_quota(control)
+            default = (controls or self.controls).default_quota(control)
             if default is not None:
                 return default, (
                     f"the operator's {control.entity_type} <default> ({shown_value(default)}) is as strict: "

@@ -31,7 +31,7 @@ from pidquota.actuate.journal import Journal, JournalError
 from pidquota.actuate.mechanisms import broker_plugin, deny_writes, quota_and_connections, request_quota
 from pidquota.actuate.plugin_state import PluginState
 from pidquota.actuate.policy import Rails
-from pidquota.conf.errors import ConfigError
+from pidquota.conf.errors import ConfigError, PidquotaError
 from pidquota.conf.settings import principal_list
 from pidquota.quota.user_state import UserState, finite
 
@@ -125,13 +125,15 @@ def cluster_options(config, fallback: str | None, how: str | None = None) -> dic
 
 class BatchActuator:
     """The run's actuator: :meth:`start` reconciles the journal, each batch's metrics go to
-    :meth:`__call__`, :meth:`stop` lifts what it holds. ``options`` None: a dry run."""
+    :meth:`__call__`, :meth:`stop` lifts what it holds. ``options`` None: a dry run, which reads
+    the operator's values from the cluster of ``peek`` (``kafka.*`` options) when given."""
 
     def __init__(
         self,
         config,
         options: dict | None,
         clock: Callable[[], float] = time.time,
+        peek: dict | None = None,
     ):
         self.window_ms = config["producer.id.quota.window.size.seconds"] * 1000
         self.options = options
@@ -144,12 +146,14 @@ class BatchActuator:
             journal = Journal(options, self.topic, principal=config["pidquota.actuator.principal"])
             # a cluster that does not answer is named within pidquota.kafka.connect.timeout.ms
             controls = Controls(options, connect_timeout_ms=config["pidquota.kafka.connect.timeout.ms"])
-        self.mechanism, self.why = chosen(config, controls)
-        if controls is not None:  # whatever the mechanism now: the journal may hold plug-in throttles
-            controls.state = PluginState(options, config["pidquota.actuator.plugin.topic"])  # of a past run
+        looking = _peek(config, peek) if options is None and peek is not None else None
+        self.mechanism, self.why = chosen(config, controls or looking)
+        for where, cluster in ((options, controls), (peek, looking)):
+            if cluster is not None:  # whatever the mechanism now: the journal may hold plug-in throttles
+                cluster.state = PluginState(where, config["pidquota.actuator.plugin.topic"])  # of a past run
         self.heartbeat_ms = config["pidquota.actuator.plugin.heartbeat.ms"]
         mechanism = mechanism_of(config, self.mechanism)
-        self.actuator = Actuator(mechanism, rails_of(config), controls, journal, clock)
+        self.actuator = Actuator(mechanism, rails_of(config), controls, journal, clock, peek=looking)
         self.by_address = self.mechanism == CONNECTIONS
         self.book = AddressBook()
 
@@ -217,6 +221,19 @@ class BatchActuator:
                 log.info("actuator: %s", describe(row))
         return rows
 
+    def left_behind(self) -> str:
+        """What this run still holds on the cluster, and how to lift it; empty when nothing
+        (said when a run stops without lifting: a second signal, a lift that failed)."""
+        held = 0 if self.dry_run else len(self.actuator.entries)
+        if not held:
+            return ""
+        where = self.options["kafka.bootstrap.servers"]
+        return (
+            f"{held} control(s) stay held on {where} (journal topic {self.topic}): `pidquota actuator "
+            f"lift` with this run's settings (--bootstrap {where}) undoes them now; else the next run "
+            "does at its start"
+        )
+
     def summary(self) -> str:
         """The run's actions in one phrase, e.g. ``2 applied, 2 undone``."""
         order = ("apply", "extend", "undo", "keep", "left", "skipped", "failed")
@@ -225,10 +242,20 @@ class BatchActuator:
         return ", ".join(shown) or "nothing to do"
 
     def close(self) -> None:
-        if self.actuator.controls is not None:
-            self.actuator.controls.close()
+        for cluster in (self.actuator.controls, self.actuator.peek):
+            if cluster is not None:
+                cluster.close()
         if self.actuator.journal is not None:
             self.actuator.journal.close()
+
+
+def _peek(config, options: dict):
+    """A dry run's read-only look at the cluster, or None (with a warning) when it does not answer."""
+    try:
+        return Controls(options, connect_timeout_ms=config["pidquota.kafka.connect.timeout.ms"])
+    except PidquotaError as exc:
+        log.warning("actuator: DRY RUN without the operator's values: %s", exc)
+        return None
 
 
 def describe(row: Action) -> str:

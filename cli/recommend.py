@@ -44,9 +44,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     rec.add_argument(
         "--short-life",
         metavar="SECONDS",
-        default=f"{DEFAULT_SHORT_LIFE_S:g}",
         help="a PID living less is short-lived; a user most of whose PIDs are, and whose max is over "
-        "--flood-factor x the fleet median, is a suspected flood; > 0 (%(default)s)",
+        f"--flood-factor x the fleet median, is a suspected flood; > 0 ({DEFAULT_SHORT_LIFE_S:g}, or a "
+        f"quarter of the input's span when it is under 2 x {DEFAULT_SHORT_LIFE_S:g})",
     )
     rec.add_argument(
         "--flood-factor",
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
     what_if_quotas = None if args.no_what_if else (choice["quotas"] or suggestion)
     stats, summary = recommend_job.compute(
-        args.input, config, what_if_quotas, choice["short_life_ms"], say=_progress
+        args.input, config, what_if_quotas, choice["short_life_ms"] or _fitted(choice), say=_progress
     )
     plan = _plan(stats, choice)
     basis = _basis(settings, choice)
@@ -115,16 +115,34 @@ def _choices(args: argparse.Namespace) -> dict:
     """The numeric flags and --what-if's quotas, checked."""
     from pidquota.recommend.rules import check_flood_factor, check_headroom, check_share, check_short_life
 
-    short_life = _number_flag(args.short_life, "--short-life", check_short_life)
+    short_life = (
+        None if args.short_life is None else _number_flag(args.short_life, "--short-life", check_short_life)
+    )
     if args.no_what_if and args.what_if is not None:
         raise PidquotaError("--what-if and --no-what-if contradict each other; give one of them")
     return {
         "headroom": _number_flag(args.headroom, "--headroom", check_headroom),
         "share": _number_flag(args.default_share, "--default-share", check_share),
-        "short_life_ms": max(1, round(short_life * 1000)),
+        "short_life_ms": None if short_life is None else max(1, round(short_life * 1000)),
         "flood_factor": _number_flag(args.flood_factor, "--flood-factor", check_flood_factor),
         "quotas": None if args.what_if is None else _what_if_quotas(args.what_if),
     }
+
+
+def _fitted(choice: dict):
+    """The short life fitted to the input's span (no --short-life), kept in ``choice`` and said."""
+    from pidquota.recommend.rules import fitted_short_life_ms
+
+    def life(span_ms: int) -> int:
+        choice["short_life_ms"] = fitted = fitted_short_life_ms(span_ms)
+        if fitted != DEFAULT_SHORT_LIFE_S * 1000:
+            _progress(
+                f"the input spans {span_ms / 1000:g} s, under 2 x {DEFAULT_SHORT_LIFE_S:g} s: PID lives are "
+                f"judged against {fitted / 1000:g} s, a quarter of it (--short-life sets it)"
+            )
+        return fitted
+
+    return life
 
 
 def _plan(stats, choice: dict):

@@ -138,7 +138,17 @@ def run(args: argparse.Namespace) -> int:
     signals = Signals().install()
     try:
         with contextlib.ExitStack() as cleanup:
-            return _run(args, signals, cleanup)
+            try:
+                code = _run(args, signals, cleanup)
+            except PidquotaError as exc:
+                left = signals.left_behind()  # what the actuator could not lift: in the last line
+                if left and exc.args:
+                    exc.args = (f"{exc.args[0]}. {left}", *exc.args[1:])
+                raise
+            left = signals.left_behind()
+            if left:
+                print(f"pidquota: {left}", file=sys.stderr)
+            return code
     finally:
         signals.restore()
 
@@ -168,16 +178,23 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
     progress = None if table is not None else _progress()
     summed = args.once or args.duration is not None or plan.demo
     sink, summary = _sink(plan, table.update if table is not None else progress.update, summed)
+    if table is not None and plan.act is not None:
+        table.held(plan.act.acted)  # a restart keeps what the last run held
     output = q.enforcer(lines, config, plan.quotas, replay_until=plan.replay_ms)
     query = q.start(output, sink, checkpoint, args.once, config["pidquota.trigger.interval.ms"])
     duration_s = None if args.duration is None else parse_duration_ms(args.duration) / 1000
     heap = spark.sparkContext.getConf().get("spark.driver.memory", "1g")  # while the JVM answers
+    if plan.act is not None:
+        signals.left_behind = plan.act.left_behind
     try:
         error = wait(query, duration_s, signals, _progress_observers(config, args.once, plan.exporter))
     except Exception as exc:
         gone = _jvm_gone(exc, heap)
         if gone is None:
             raise
+        if _stopped_with_us(signals):
+            print(_STOPPED_WITH_US, file=sys.stderr)
+            return signals.exit_code
         raise gone from None
     finally:
         sink.close()
@@ -191,6 +208,22 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
         progress.close()
     _say_end(args, plan, sink.totals, summary)
     return signals.exit_code or 0
+
+
+_STOPPED_WITH_US = (
+    "pidquota: Spark's JVM stopped on the same signal (it was sent to the whole process group, as "
+    "GNU timeout and some service managers do); the run stops here, and the next resumes from "
+    "its checkpoint"
+)
+
+
+def _stopped_with_us(signals: Signals) -> bool:
+    """Spark's JVM ended on the stop signal pidquota got too (the process group's), not by a
+    fault of its own: code 128 + the signal, or killed by it."""
+    if signals.signum is None:
+        return False
+    code = _jvm_exit_code()
+    return code in (-signals.signum, 128 + signals.signum)
 
 
 def _query_failed(error: BaseException, plan: run_plan.Plan, heap: str) -> PidquotaError:

@@ -95,13 +95,14 @@ def _actuator(config, kafka_input: str | None, kafka_out: dict | None):
         return None
     from pidquota.actuate.runner import BatchActuator, cluster_options
 
-    if mode == "dry-run" or config["pidquota.mode"] == "shadow":
-        return BatchActuator(config, None)
     fallback = (
         KafkaUrl.parse(kafka_input).bootstrap
         if kafka_input
         else (kafka_out or {}).get("kafka.bootstrap.servers")
     )
+    if mode == "dry-run" or config["pidquota.mode"] == "shadow":  # the operator's values, read only
+        known = bool(fallback or config["pidquota.actuator.bootstrap"].strip())
+        return BatchActuator(config, None, peek=cluster_options(config, fallback) if known else None)
     return BatchActuator(config, cluster_options(config, fallback))
 
 
@@ -126,6 +127,8 @@ def actuator_shown(config, act) -> str:
     why = f" ({act.why})" if act.why else ""
     hold = config["pidquota.actuator.hold.ms"] / 1000
     how = "DRY RUN: " if act.dry_run else ""
+    if act.dry_run and act.actuator.peek is None:
+        how = "DRY RUN (no cluster given, so no operator's value is read; pidquota.actuator.bootstrap names one): "
     where = "" if act.dry_run else f" on {act.options['kafka.bootstrap.servers']}"
     return (
         f"pidquota: actuator {how}{mechanism}{where}{why} for throttled users, held {hold:g} s past their "

@@ -9,6 +9,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 # `pidquota run` stopped by a signal exits as a shell reports it: 128 + the signal.
@@ -16,6 +17,9 @@ EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 
 
 _STOPS = {signal.SIGINT: (EXIT_SIGINT, "Ctrl-C"), signal.SIGTERM: (EXIT_SIGTERM, "SIGTERM")}
+# A second signal this soon after the first is the same stop: GNU timeout and some service
+# managers signal the process and its process group, so one stop arrives twice.
+SAME_STOP_S = 1.0
 
 
 class Signals:
@@ -26,13 +30,18 @@ class Signals:
     thread is in a call to it, and prints about 50 lines of py4j tracebacks).
     This one only records the signal and touches the sources' stop flag
     (``streaming/stopping.py``); the wait loop sees it within a second. A
-    second signal exits at once: the checkpoint is safe at any point.
+    second signal exits at once (the checkpoint is safe at any point), saying
+    what it leaves held (:attr:`left_behind`); one within ``SAME_STOP_S`` of the
+    first is the same stop, sent to the whole process group.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock=time.monotonic) -> None:
         self.signum: int | None = None
         self.flag = Path(tempfile.mkdtemp(prefix="pidquota-")) / "stop"
         self._previous: dict = {}
+        self._clock, self._at = clock, 0.0
+        # what a stop at once leaves behind, said before it exits (the actuator's held controls)
+        self.left_behind: Callable[[], str] = lambda: ""
 
     def install(self) -> Signals:
         for sig in _STOPS:
@@ -51,11 +60,17 @@ class Signals:
     def _handle(self, signum, frame) -> None:
         code, name = _STOPS[signum]
         if self.signum is not None:
+            if self._clock() - self._at < SAME_STOP_S:
+                return  # the same stop, sent to the process group too
+            left = self.left_behind()
             print(
-                "pidquota: stopped now; the next run resumes from the checkpoint", file=sys.stderr, flush=True
+                "pidquota: stopped now; the next run resumes from the checkpoint"
+                + (f". {left}" if left else ""),
+                file=sys.stderr,
+                flush=True,
             )
             os._exit(code)
-        self.signum = signum
+        self.signum, self._at = signum, self._clock()
         self.request_stop()
         print(
             f"pidquota: stopping after the batch in flight ({name}; again to stop now)",

@@ -89,6 +89,11 @@ class UserTable:
         self.acted: dict[str, str] = {}  # principal -> ACTED ON or WOULD ACT
         self.clients: dict[str, Client] = {}  # principal -> its latest main client, where known
 
+    def held(self, principals) -> None:
+        """Mark ``principals`` ACTED ON: what the actuator holds from before this run (a restart
+        keeps them, and no ``apply`` row of this run says so)."""
+        self.acted.update(dict.fromkeys(principals, "ACTED ON"))
+
     def update(self, batch_id: int, frames: dict) -> None:
         for row in frames["metrics"].to_dict("records"):
             self.latest[row["principal"]] = row

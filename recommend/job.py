@@ -37,6 +37,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from pidquota.quota import QuotaSettings, StaticQuotas
+from pidquota.quota.client import SEP
 from pidquota.recommend.stats import (
     DEFAULT_SHORT_LIFE_MS,
     LIFE_COLUMNS,
@@ -44,7 +45,7 @@ from pidquota.recommend.stats import (
     default_slide_ms,
     what_if_summary,
 )
-from pidquota.store.kafka import KafkaUrl
+from pidquota.store.kafka import CLIENT_ID, KafkaUrl
 from pidquota.streaming import query as q
 from pidquota.streaming.outputs.reader import read_output
 
@@ -53,12 +54,13 @@ def compute(
     input_path: str,
     config,
     quotas,
-    short_life_ms: int = DEFAULT_SHORT_LIFE_MS,
+    short_life_ms: int | Callable[[int], int] = DEFAULT_SHORT_LIFE_MS,
     say: Callable[[str], None] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """``(stats, what_if or None)`` for the events at ``input_path``; ``quotas``: the candidate
     ``{entity: rate}`` of --what-if, a function of the statistics that returns them, or
-    None (no what-if); ``short_life_ms``: L of the PID lives; ``say``: told each step as it
+    None (no what-if); ``short_life_ms``: L of the PID lives, or a function of the input's
+    span (ms) that gives it; ``say``: told each step as it
     starts, with the seconds since the first (the command's progress lines)."""
     from pidquota.streaming.session import spark_session
 
@@ -78,6 +80,9 @@ def compute(
         lines = _lines(spark, input_path, config, work / "events-checkpoint")
         _run(_events(lines, config["pidquota.principal.max.length"]), work / "events")
         events = spark.read.parquet(str(work / "events"))
+        if callable(short_life_ms):  # fitted to the input's span
+            span = events.agg(F.max("timestamp") - F.min("timestamp")).first()[0]
+            short_life_ms = short_life_ms(int(span or 0))
         stats = stats_frame(events, settings, short_life_ms).toPandas()[list(STATS_COLUMNS)]
         if callable(quotas):
             quotas = quotas(stats)
@@ -107,10 +112,14 @@ def _lines(spark, input_path: str, config, checkpoint: Path) -> DataFrame:
 
 
 def _events(lines: DataFrame, max_principal: int) -> DataFrame:
-    """Valid events only: principal, producer_id, timestamp (one row per sighting)."""
+    """Valid events only: principal, producer_id, timestamp (one row per sighting); not the
+    PIDs of pidquota's own clients (the actuator's journal producer is no application)."""
     rows = q.screened(lines, max_principal)
     valid = rows.where(F.col("dead").isNull() & (F.col("principal") != ""))
-    sightings = F.explode(F.arrays_zip(F.col("producer_ids").alias("p"), F.col("timestamps").alias("t")))
+    named = F.arrays_zip(F.col("client_pids").alias("p"), F.col("clients").alias("c"))
+    own = F.transform(F.filter(named, lambda n: n["c"].startswith(CLIENT_ID + SEP)), lambda n: n["p"])
+    every = F.arrays_zip(F.col("producer_ids").alias("p"), F.col("timestamps").alias("t"))
+    sightings = F.explode(F.filter(every, lambda s: ~F.array_contains(F.coalesce(own, F.array()), s["p"])))
     return valid.select("principal", sightings.alias("s")).select(
         "principal", F.col("s.p").alias("producer_id"), F.col("s.t").alias("timestamp")
     )

@@ -161,6 +161,20 @@ loop's, a per-error or a per-batch producer lives for seconds, while an autoscal
 not retire an instance it has just started (Kubernetes' horizontal pod autoscaler
 stabilises scale-down over 300 s by default) and a deployment's instances live hours."""
 
+
+def fitted_short_life_ms(span_ms: int, default_ms: int = DEFAULT_SHORT_LIFE_S * 1000) -> int:
+    """The short life L for an input that spans ``span_ms`` when none is given: the default,
+    or a quarter of the span when the span is under 2 x the default (a PID is judged only
+    when it could have lived L inside the input, so an input under 2L judges none, and an
+    operator's first look, often minutes long, would find no flood). A quarter leaves the
+    middle half of the input to judge in, in whole seconds. Example: a 9-minute request log
+    (539 s from its first event to its last) gets L = 134 s; an hour's, 300 s."""
+    if span_ms >= 2 * default_ms:
+        return default_ms
+    quarter = span_ms // 4
+    return quarter // 1000 * 1000 if quarter >= 1000 else max(1, quarter)  # whole seconds, said so
+
+
 DEFAULT_FLOOD_FACTOR = 10.0
 """A user is *far above* the fleet when its peak exceeds this many times the fleet's
 median peak: an order of magnitude. One restart every 5 s is 720 new PIDs an hour; a

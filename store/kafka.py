@@ -26,6 +26,9 @@ DEFAULT_PORT = 9092  # Kafka's: a broker address without a port means this one
 URL_FORM = f"kafka://HOST[:PORT][,HOST[:PORT]...]/TOPIC[,TOPIC...] (PORT defaults to {DEFAULT_PORT})"
 
 
+CLIENT_ID = "pidquota"  # the client id of every client pidquota opens: its own requests in a broker's log
+
+
 class KafkaError(PidquotaError):
     """Kafka could not be reached, or data the query needs is gone."""
 
@@ -215,7 +218,7 @@ def producer(options: dict, **extra):
     """An idempotent ``KafkaProducer`` (acks=all) from pidquota's ``kafka.*`` options."""
     from kafka import KafkaProducer
 
-    defaults = {"enable_idempotence": True, "acks": "all", "linger_ms": 20, "client_id": "pidquota"}
+    defaults = {"enable_idempotence": True, "acks": "all", "linger_ms": 20, "client_id": CLIENT_ID}
     return _connected(KafkaProducer, options, defaults, extra)
 
 
@@ -299,7 +302,7 @@ def fetch_client(options: dict, **extra):
             raise
         return client
 
-    defaults = {"client_id": "pidquota", "request_timeout_ms": 30_000}
+    defaults = {"client_id": CLIENT_ID, "request_timeout_ms": 30_000}
     return _connected(bootstrapped, options, defaults, extra)
 
 
@@ -311,7 +314,7 @@ def consumer(options: dict, **extra):
     exists': issue 43 §3's flaky test)."""
     from kafka import KafkaConsumer
 
-    defaults = {"enable_auto_commit": False, "client_id": "pidquota", "allow_auto_create_topics": False}
+    defaults = {"enable_auto_commit": False, "client_id": CLIENT_ID, "allow_auto_create_topics": False}
     return _connected(KafkaConsumer, options, defaults, extra)
 
 
@@ -320,7 +323,7 @@ def admin(options: dict, **extra):
     ACLs, and the journal's topic)."""
     from kafka import KafkaAdminClient
 
-    return _connected(KafkaAdminClient, options, {"client_id": "pidquota"}, extra)
+    return _connected(KafkaAdminClient, options, {"client_id": CLIENT_ID}, extra)
 
 
 def check_topic(options: dict, topic: str, timeout_ms: int) -> None:

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pidquota.conf.errors import PidquotaError
+from pidquota.store.kafka import CLIENT_ID
 from pidquota.store.sink import RedisPublisher
 from pidquota.streaming.columns import (
     ACTION_COLUMNS,
@@ -70,7 +71,11 @@ class BatchTotals:
                     self.dead_by_file[source] += 1
         decisions = parts["decisions"]
         if decisions.num_rows:
-            self.anonymous += pc.sum(pc.equal(decisions["principal"], ANONYMOUS)).as_py() or 0
+            anonymous = pc.equal(decisions["principal"], ANONYMOUS)
+            if "client_id" in decisions.column_names:  # not pidquota's own clients (the journal's)
+                own = pc.fill_null(pc.equal(decisions["client_id"], CLIENT_ID), False)
+                anonymous = pc.and_(anonymous, pc.invert(own))
+            self.anonymous += pc.sum(anonymous).as_py() or 0
 
 
 def write_jsonl(rows: pa.Table, path: Path) -> None:

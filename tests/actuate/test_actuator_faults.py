@@ -4,6 +4,8 @@ next batch; nothing pidquota set is left behind; each step is journalled before 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pidquota.actuate.actuator import Actuator
@@ -314,3 +316,32 @@ def test_a_principal_undone_at_the_restart_and_throttled_again_is_retried_when_i
     clock.t += 1
     assert [r.action for r in again({"User:crash": int(clock.t * 1000) + 60_000})] == ["apply"]
     assert cluster.values[KEY] == 1.0
+
+
+@pytest.mark.parametrize("path", ["re-set at the restart", "undo at the restart", "undo at the end"])
+def test_a_fenced_run_changes_nothing_on_its_retry_paths(path):
+    """Review of issue 45 §1: another run took the journal over; this run's retry paths (a
+    'setting' entry set again, an undo) journal first, are fenced there, and touch nothing."""
+    from pidquota.actuate.journal import SETTING, JournalFenced
+
+    cluster = Cluster()
+    journal = FakeJournal(cluster)
+    clock = Clock()
+    until = NOW + (60_000 if path == "re-set at the restart" else -1)
+    journal.records[KEY] = Entry(KEY, "User:crash", None, 1.0, until, SETTING if "re-set" in path else "set")
+    cluster.values[KEY] = None if "re-set" in path else 1.0
+    act = Actuator(request_quota(1.0), RAILS, cluster, journal, clock)
+
+    def fenced(*_):
+        raise JournalFenced("another pidquota run took over the journal topic 'j'")
+
+    journal.write = journal.remove = fenced
+    if path == "undo at the end":
+        journal.records[KEY] = replace(journal.records[KEY], until_ms=NOW + 60_000)
+        act.reconcile()  # kept: current
+        rows = act.lift_all()
+    else:
+        rows = act.reconcile()
+    assert [r.action for r in rows] == ["failed"] and "took over" in rows[0].note
+    assert not [e for e in cluster.log if e[0] == "write"]  # the cluster untouched
+    assert act.fenced is not None and act({"User:crash": NOW + 60_000}) == []  # and acts no more

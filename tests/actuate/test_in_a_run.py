@@ -141,3 +141,69 @@ def test_a_run_acts_a_kill_9_leaves_it_held_and_the_restart_keeps_then_lifts_it_
     assert "User:steady" not in {r["principal"] for r in first_run + second_run}
     assert "pidquota: actuator: " in done.stdout and "every action in" in done.stdout
     assert controls.read(key) == 200.0 and journal.load() == {}
+
+
+def _stopped_as_gnu_timeout_does(proc) -> tuple[int, str]:
+    """SIGTERM to the run, then to its whole process group (Spark's JVM included), as GNU
+    timeout and some service managers do: one stop, arriving twice."""
+    os.kill(proc.pid, signal.SIGTERM)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err.decode()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("mode", ["on", "dry-run"])
+def test_a_stop_sent_to_the_process_group_lifts_what_the_run_holds(cluster, kafka, tmp_path, mode):
+    """Issue 42 §3: the double SIGTERM of GNU timeout stopped the run at once, left the controls on
+    the cluster without a word, and a dry run said Spark's JVM had died (code 143)."""
+    controls, journal, _ = cluster
+    user = new_user()
+    key = QuotaKey("user", user, "request_percentage")
+    controls.write(key, 200.0)
+    inp, out = tmp_path / "in", tmp_path / "out"
+    _flood(inp, user, files=30)
+    quotas = tmp_path / "quotas.json"
+    quotas.write_text(json.dumps({"users": {f"User:{user}": {"producer_ids_rate": 10}}}))
+    cmd = [
+        sys.executable, "-m", "pidquota", "run", "--input", str(inp), "--output", str(out),
+        "--quotas", str(quotas), "--set", "pidquota.max.events.per.trigger=1",
+        "--set", f"pidquota.actuator={mode}", *_settings(kafka, journal.topic),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while (
+        proc.poll() is None and ("apply", f"User:{user}") not in _actions(out) and time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()[1].decode()[-3000:]
+    code, err = _stopped_as_gnu_timeout_does(proc)
+    assert code == 143, err[-3000:]
+    assert "stopped now" not in err and "died" not in err, err[-3000:]
+    assert controls.read(key) == 200.0 and journal.load() == {}  # lifted: the operator's value back
+    if mode == "on":
+        assert ("undo", f"User:{user}") in _actions(out)
+
+
+def test_a_dry_run_with_a_cluster_shows_the_operators_values_and_changes_nothing(cluster, kafka):
+    """Issue 42 §3: a dry run's rows said "before": null although the operator had 200."""
+    controls, journal, _ = cluster
+    loose, strict = new_user(), new_user()
+    controls.write(QuotaKey("user", loose, "request_percentage"), 200.0)
+    controls.write(QuotaKey("user", strict, "request_percentage"), 0.5)
+    config = load(None, {"pidquota.actuator": "dry-run", "pidquota.actuator.mechanism": "request-quota"})
+    act = BatchActuator(config, None, peek=cluster_options(config, kafka.bootstrap))
+    try:
+        rows = act([_throttled(loose), _throttled(strict)])
+    finally:
+        act.close()
+    shown = {r.principal: (r.action, r.before, r.value, r.dry_run) for r in rows}
+    assert shown == {
+        f"User:{loose}": ("apply", 200.0, 1.0, True),
+        f"User:{strict}": ("keep", 0.5, 0.5, True),
+    }
+    assert controls.read(QuotaKey("user", loose, "request_percentage")) == 200.0  # nothing changed
+
+
+def _throttled(user: str) -> dict:
+    return {"principal": f"User:{user}", "timestamp": 1, "quota": 10.0, "tokens": 0.0, "throttled": 4}

@@ -73,3 +73,15 @@ def test_the_end_names_the_files_with_the_most_dead_letters(capsys):
     assert (
         "pidquota: dead letters by file: /in/b.jsonl 30, /in/a.jsonl 11, /in/c 1 (and 1 more file)\n" in out
     )
+
+
+def test_pidquota_s_own_clients_are_not_counted_as_anonymous(capsys):
+    """Issue 42 §3: the actuator's journal producer on an unauthenticated listener was counted,
+    and the warning advised an authenticated listener for it."""
+    totals = BatchTotals()
+    totals.batches = 1
+    got = parts(["User:ANONYMOUS", "User:ANONYMOUS", "User:ANONYMOUS"])
+    got["decisions"] = got["decisions"].append_column("client_id", pa.array(["pidquota", "pidquota", None]))
+    totals.add(got)
+    assert totals.anonymous == 1
+    assert "warning: 1 decisions are for User:ANONYMOUS" in end(totals, capsys)

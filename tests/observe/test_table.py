@@ -133,3 +133,13 @@ def test_each_user_is_shown_with_its_main_client_and_keeps_it():
     assert lines["User:steady"].rstrip().endswith("ok")
     table.update(2, {"metrics": pd.DataFrame([row("User:crash", 0.5, throttled=8)]).assign(batch_id=2)})
     assert lines_of(printed[-1].strip())["User:crash"].endswith("client.id crash-app at 10.0.0.5")
+
+
+def test_a_user_held_from_before_a_restart_shows_acted_on():
+    """Issue 42 §3: a restarted run keeps what it holds (its start's rows are 'keep', not
+    'apply'), and its table said nothing of it."""
+    printed = []
+    table = UserTable(W, every_s=0, out=printed.append, tty=False)
+    table.held({"User:crash": 1_900_000_000_000})
+    table.update(1, {"metrics": pd.DataFrame([row("User:crash", 0.5, throttled=7)]).assign(batch_id=1)})
+    assert lines_of(printed[-1].strip())["User:crash"].rstrip().endswith("THROTTLED 18s, ACTED ON")

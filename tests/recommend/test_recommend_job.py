@@ -87,3 +87,39 @@ def test_a_what_if_with_the_quota_file_is_the_enforcers_own_count(spark, generat
     got = what_if.set_index("principal")["throttles"]
     assert own.sum() > 0
     assert {u: int(n) for u, n in got.items() if n} == {u: int(n) for u, n in own.items()}
+
+
+def test_a_short_first_look_still_finds_the_flood_and_leaves_pidquota_s_own_clients_out(
+    spark, config, tmp_path, capsys
+):
+    """Issue 42 §4: on a 9-minute input a 533-PID crash loop (over 100 x the median user) was no
+    flood with the default short life (no PID's life judged under 2 x 300 s), the <default>
+    came out at twice the flood's peak, and pidquota's own journal producer was a user."""
+    from pidquota.cli.main import main
+
+    t0, lines = 1_700_000_000_000, []
+    for s in range(0, 540, 1):  # 9 minutes: the loop a new PID a second, steady users one PID each
+        t = t0 + s * 1000
+        lines.append({"timestamp": t, "principal": "User:crash", "producer_id": 10_000 + s})
+        for i, user in enumerate(("orders", "payments", "ledger", "billing")):
+            if s % 10 == 0:
+                lines.append({"timestamp": t, "principal": f"User:{user}", "producer_id": 100 + i})
+        if s % 5 == 0:  # the actuator's journal producer, a new PID each time, on its own client id
+            lines.append(
+                {
+                    "timestamp": t,
+                    "principal": "User:pidquota",
+                    "producer_id": 50_000 + s,
+                    "client_id": "pidquota",
+                }
+            )
+    path = tmp_path / "first-look.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    flags = ["--set", "pidquota.spark.shuffle.partitions=2", "--no-what-if"]
+    assert main(["recommend", "--input", str(path), *flags]) == 0
+    captured = capsys.readouterr()
+    assert "judged against 134 s, a quarter of it" in captured.err
+    assert "User:crash" in captured.out and "No user is a suspected flood." not in captured.out
+    assert "User:pidquota" not in captured.out
+    suggested = int(captured.out.split("Suggested <default>: ")[1].split(" ")[0])
+    assert suggested < 20, captured.out  # from the steady users, not the flood
