@@ -130,6 +130,7 @@ def java_cmd(
     logs: Path | None = None,
     log4j2: Path = LOG4J2,
     extra_jars: tuple[Path, ...] = (),
+    jmx_port: int | None = None,
 ) -> list[str]:
     java = shutil.which("java")
     if java is None:
@@ -142,6 +143,14 @@ def java_cmd(
     props = [logging, *_class_archive(java, libs, main)]
     if logs is not None:
         props.append(f"-Dkafka.logs.dir={logs}")
+    if jmx_port is not None:  # for JmxTool (the broker's ProducerIdCount): loopback, no auth
+        props += [
+            f"-Dcom.sun.management.jmxremote.port={jmx_port}",
+            f"-Dcom.sun.management.jmxremote.rmi.port={jmx_port}",
+            "-Dcom.sun.management.jmxremote.authenticate=false",
+            "-Dcom.sun.management.jmxremote.ssl=false",
+            "-Djava.rmi.server.hostname=127.0.0.1",
+        ]
     return [
         java,
         f"-Xmx{heap}",
@@ -179,6 +188,7 @@ class Node:
     port: int = field(default_factory=free_port)  # PLAINTEXT
     sasl_port: int = field(default_factory=free_port)
     controller_port: int = field(default_factory=free_port)
+    jmx_port: int = field(default_factory=free_port)  # JMX, on loopback (Cluster(jmx=True))
     advertised_port: int | None = None  # a relay's port in front of ``port`` (tests' Gate)
     proc: subprocess.Popen | None = None
     out_from: int = 0  # where this start's output begins in ``stdout`` (a restart appends)
@@ -224,9 +234,11 @@ class Cluster:
         kafka_version: str | None = None,
         log4j2: Path = LOG4J2,
         plugin: Path | None = None,
+        jmx: bool = False,
     ):
         self.workdir = Path(workdir)
         self.plugin = Path(plugin) if plugin else None
+        self.jmx = jmx
         self.users = users or {u: f"{u}-secret" for u in USERS}
         self.extra = dict(extra or {})
         self.heap = heap
@@ -341,6 +353,7 @@ class Cluster:
             logs=node.logs,
             log4j2=self.log4j2,
             extra_jars=jars,
+            jmx_port=node.jmx_port if self.jmx else None,
         )
         node.out_from = node.stdout.stat().st_size if node.stdout.exists() else 0
         with node.stdout.open("a") as out:
@@ -361,6 +374,33 @@ class Cluster:
                     return
             time.sleep(0.1)
         raise BrokerError(f"node {node.node_id} did not start within {timeout_s:g} s; see {node.stdout}")
+
+    def producer_id_count(self) -> int:
+        """The brokers' ``ProducerIdCount`` summed (KIP-847: the producer ids in every partition's
+        producer state, which the broker keeps in memory), read with Kafka's own JmxTool; needs
+        ``jmx=True``."""
+        total = 0
+        for node in self.nodes:
+            url = f"service:jmx:rmi:///jndi/rmi://127.0.0.1:{node.jmx_port}/jmxrmi"
+            cmd = java_cmd(
+                self.libs or fetch(self.version),
+                "org.apache.kafka.tools.JmxTool",
+                "--object-name",
+                "kafka.server:type=ReplicaManager,name=ProducerIdCount",
+                "--attributes",
+                "Value",
+                "--one-time",
+                "true",
+                "--jmx-url",
+                url,
+                heap="128m",
+            )
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            rows = [line for line in done.stdout.splitlines() if line and line[0].isdigit()]
+            if done.returncode != 0 or not rows:
+                raise BrokerError(f"JmxTool on node {node.node_id}: {done.stdout[-500:]}{done.stderr[-500:]}")
+            total += int(float(rows[-1].split(",")[-1]))
+        return total
 
     def kill(self, node: Node) -> None:
         """kill -9, as a crash."""

@@ -48,6 +48,27 @@ SLOW = ("spark", "e2e", "cluster", "kafka")
 SPARK = ("spark", "e2e", "cluster")
 
 
+# The longest test files (minutes each, from `--durations`), handed out first: the two workers
+# take whole files in collection order (--dist loadfile), and one of these taken last kept one
+# worker busy for minutes after the other had finished.
+HEAVY_FIRST = (
+    "streaming/test_faults.py",
+    "streaming/test_spark_cluster.py",
+    "streaming/sources/test_kafka.py",
+    "actuate/test_in_a_run.py",
+    "streaming/sources/test_follow_crash.py",
+    "streaming/test_state_groups.py",
+    "streaming/sources/test_request_log_input.py",
+    "streaming/test_failover.py",
+    "streaming/test_fuzz.py",
+    "recommend/test_recommend_job.py",
+    "test_packaging.py",
+    "streaming/test_replay.py",
+    "cli/test_demo.py",
+    "streaming/test_hostile_lines.py",
+)
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         for fixture in item.fixturenames:
@@ -55,6 +76,17 @@ def pytest_collection_modifyitems(items):
                 item.add_marker(FIXTURE_MARKERS[fixture])
         if not any(item.get_closest_marker(m) for m in SLOW):
             item.add_marker("quick")
+    tests = Path(__file__).parent
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+
+    def heavy_first(item) -> int:
+        try:
+            name = Path(str(item.path)).relative_to(tests).as_posix()
+        except ValueError:
+            return len(rank)
+        return rank.get(name, len(rank))
+
+    items.sort(key=heavy_first)  # stable: the rest keep their order
 
 
 def pytest_runtest_setup(item):
