@@ -1,7 +1,7 @@
 """How fast the actuator acts and lets go, and what each action costs the cluster, on
 Apache Kafka itself.
 
-    python benchmarks/actuation.py [--users 8] [--loop 8] [--hold 5]
+    python benchmarks/actuation.py [--users 8] [--loop 8] [--hold 5] [--mechanism M] [--brokers N]
 
 Starts a fresh one-node broker (scripts/kafka_broker.py: SASL/PLAIN, the request log at
 DEBUG) and ``pidquota run --follow`` on its request log with the actuator on
@@ -21,7 +21,11 @@ Per user, from the run's own outputs and the broker's request log:
   broker forwards ALTER_CLIENT_QUOTAS to the KRaft controller, which writes it to the
   metadata log: ``ENVELOPE`` lines, or ``isForwarded``).
 
-Prints p50 and p99 of act and undo, and the requests per action.
+- **refuse** (``--mechanism broker-plugin``: the brokers run pidquota's plug-in): from the
+  first over-quota init to the first InitProducerId a broker refused the user (error 31 in any
+  node's request log, broker time).
+
+Prints p50 and p99 of act, undo (and refuse), and the requests per action.
 """
 
 from __future__ import annotations
@@ -93,6 +97,45 @@ def _requests(log: Path) -> tuple[Counter, Counter]:
     return by_api, forwarded
 
 
+def _first_refused(logs: list[Path]) -> dict[str, int]:
+    """Per principal, the broker time (ms) of its first InitProducerId the brokers refused
+    (CLUSTER_AUTHORIZATION_FAILED, 31: the plug-in), from every node's request log."""
+    import calendar
+
+    first: dict[str, int] = {}
+    for log in logs:
+        for line in log.read_text(errors="replace").splitlines():
+            if '"requestApiKeyName":"INIT_PRODUCER_ID"' not in line:
+                continue
+            body = json.loads(line[line.index("{") : line.rindex("}") + 1])
+            if (body.get("response") or {}).get("errorCode") != 31:
+                continue
+            stamp = line[1:24]  # "2026-11-28 10:25:31,123", the broker's local time
+            ms = calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S")) * 1000 + int(stamp[20:23])
+            ms -= _utc_offset_s() * 1000
+            who = body.get("principal")
+            first[who] = min(first.get(who, ms), ms)
+    return first
+
+
+def _utc_offset_s() -> int:
+    return -time.timezone if time.localtime().tm_isdst == 0 else -time.altzone
+
+
+def _refusals(out: Path, users: list[str], logs: list[Path]) -> list[float]:
+    """Per user, from its first over-quota init (the first THROTTLE decision's event time) to
+    the first InitProducerId a broker refused it."""
+    decisions, refused = read_output(out, "decisions"), _first_refused(logs)
+    gaps = []
+    for user in users:
+        mine = decisions[(decisions.principal == f"User:{user}") & (decisions.verdict == "THROTTLE")]
+        if not mine.empty and f"User:{user}" in refused:
+            gaps.append((refused[f"User:{user}"] - mine.timestamp.min()) / 1000)
+        else:
+            print(f"  {user}: throttled {len(mine)}, refused {f'User:{user}' in refused}: not measured")
+    return gaps
+
+
 def _timings(out: Path, users: list[str]) -> tuple[list[float], list[float]]:
     decisions, actions = read_output(out, "decisions"), read_output(out, "actions")
     act, undo = [], []
@@ -117,12 +160,25 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=8, help="crash-looping users, one after another (8)")
     parser.add_argument("--loop", type=float, default=8.0, help="seconds each crash loop runs (8)")
     parser.add_argument("--hold", type=float, default=5.0, help="pidquota.actuator.hold.ms, in seconds (5)")
+    parser.add_argument(
+        "--mechanism", default="request-quota", help="pidquota.actuator.mechanism (request-quota)"
+    )
+    parser.add_argument("--brokers", type=int, default=1, help="KRaft nodes, each broker and controller (1)")
     args = parser.parse_args()
     users = [f"loop{i}" for i in range(args.users)]
+    plugin = None
+    if args.mechanism == "broker-plugin":  # the brokers run pidquota's plug-in (built if stale)
+        sys.path.insert(0, str(ROOT / "tests"))
+        from harness.plugin import plugin_jar
+
+        plugin = plugin_jar()
     with tempfile.TemporaryDirectory(prefix="pidquota-actuation-") as tmp:
         tmp = Path(tmp)
         cluster = Cluster(
-            tmp / "kafka", size=1, users={u: f"{u}-secret" for u in ("admin", "steady", *users)}
+            tmp / "kafka",
+            size=args.brokers,
+            users={u: f"{u}-secret" for u in ("admin", "steady", *users)},
+            plugin=plugin,
         )
         cluster.start()
         proc = None
@@ -138,12 +194,14 @@ def main() -> None:
             quotas.write_text(json.dumps({"users": {"<default>": {"producer_ids_rate": QUOTA}}}))
             out = tmp / "out"
             cmd = [
-                sys.executable, "-m", "pidquota", "run", "--input", str(cluster.nodes[0].logs),
+                sys.executable, "-m", "pidquota", "run",
+                "--input", str(cluster.nodes[0].logs if args.brokers == 1 else cluster.logs),
                 "--input-format", "kafka-request-log", "--follow", "--output", str(out),
                 "--quotas", str(quotas), "--set", f"producer.id.quota.window.size.seconds={WINDOW_S}",
                 "--set", "pidquota.trigger.interval.ms=1000", "--set", "pidquota.actuator=on",
                 "--set", f"pidquota.actuator.bootstrap={cluster.bootstrap}",
                 "--set", f"pidquota.actuator.hold.ms={int(args.hold * 1000)}",
+                "--set", f"pidquota.actuator.mechanism={args.mechanism}",
             ]  # fmt: skip
             log = open(tmp / "run.log", "w")  # noqa: SIM115
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -160,6 +218,8 @@ def main() -> None:
                 os.killpg(proc.pid, signal.SIGINT)  # the run's end lifts what is still held
                 proc.wait(120)
             act, undo = _timings(tmp / "out", users)
+            logs = [n.request_log for n in cluster.nodes]
+            refuse = _refusals(tmp / "out", users, logs) if plugin is not None else []
             by_api, forwarded = _requests(cluster.nodes[0].request_log)
             actions = read_output(tmp / "out", "actions")
             cluster.stop()
@@ -173,6 +233,11 @@ def main() -> None:
         f"undo: throttle end -> undo (hold {args.hold:g} s), {len(undo)} users: "
         f"p50 {pct(undo, 50):.1f} s, p99 {pct(undo, 99):.1f} s"
     )
+    if refuse:
+        print(
+            f"refuse: first over-quota init -> first InitProducerId a broker refused, {len(refuse)} users: "
+            f"p50 {pct(refuse, 50):.1f} s, p99 {pct(refuse, 99):.1f} s ({args.brokers} broker(s))"
+        )
     print(f"actions: {dict(counted)}; quota changes (apply + undo): {changes}")
     per = {api: round(n / max(changes, 1), 1) for api, n in by_api.most_common()}
     print(f"requests from the actuator's clients per change, by API: {per}")

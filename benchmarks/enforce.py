@@ -26,7 +26,10 @@ granted per minute (its request log: INIT_PRODUCER_ID completions with a produce
 the steady producers' acknowledged records per second, before and during; then the table as
 markdown for docs/enforcing.md.
 
-Mechanisms: ``none``; ``request-quota`` (``request_percentage`` 1 on the user);
+Mechanisms: ``none``; ``broker-plugin`` (pidquota's broker plug-in, ``plugin/``: the brokers
+run it as their authorizer, and the actuator writes the offender's throttle to its state topic,
+with the heartbeat it obeys; it refuses the offender's InitProducerId and nothing else);
+``request-quota`` (``request_percentage`` 1 on the user);
 ``deny-writes`` (the circuit breaker: DENY IDEMPOTENT_WRITE on the cluster and WRITE on
 every topic and transactional id); ``deny-new-pids`` (DENY IDEMPOTENT_WRITE on the cluster
 and WRITE on the topic ``hardcode``: see docs/enforcing.md); ``connection-rate``
@@ -35,6 +38,10 @@ and WRITE on the topic ``hardcode``: see docs/enforcing.md); ``connection-rate``
 (pidquota's mechanism of that name: the quota, and the connection rate on each address the
 offender has to itself, found as a run finds it, from the request log's inits before: here
 127.0.0.2 alone).
+
+Each phase also reads the brokers' ``ProducerIdCount`` (KIP-847, the producer ids they keep
+in memory) with Kafka's own JmxTool at its start and end: its growth per minute, before and
+during. ``--brokers 3`` runs three KRaft nodes.
 
 ``--strict-acls``: the cluster grants nothing by default (``allow.everyone.if.no.acl.found=false``)
 and each user has ALLOW ACLs for WRITE on its topics and IDEMPOTENT_WRITE on the cluster.
@@ -62,10 +69,12 @@ from pidquota.actuate.journal import Journal  # noqa: E402
 from pidquota.actuate.mechanisms import (  # noqa: E402
     CLUSTER,
     Mechanism,
+    broker_plugin,
     deny_writes,
     quota_and_connections,
     request_quota,
 )
+from pidquota.actuate.plugin_state import PluginState  # noqa: E402
 from pidquota.actuate.policy import Rails  # noqa: E402
 from scripts.kafka_broker import Cluster  # noqa: E402
 
@@ -85,6 +94,7 @@ def mechanisms() -> dict[str, Mechanism | None]:
 
     return {
         "none": None,
+        "broker-plugin": broker_plugin(),
         "request-quota": request_quota(1.0),
         "deny-writes": deny_writes(),
         "deny-new-pids": Mechanism("deny-new-pids", deny_new_pids),
@@ -277,9 +287,16 @@ def measure(cluster: Cluster, name: str, mechanism: Mechanism | None, seconds: f
     controls = Controls(options)
     journal = Journal(options, "bench-journal-" + re.sub(r"[^A-Za-z0-9._-]", "-", name))
     journal.ensure()
+    journal.claim()
+    if name == "broker-plugin":  # the plug-in's state topic, and the heartbeat it obeys
+        controls.state = PluginState(options, "pidquota-throttle-state")
+        controls.state.ensure("")
+        controls.state.start_heartbeat(60_000)
     load = Load(cluster).start()
     time.sleep(5)  # the clients connect
+    count_before = cluster.producer_id_count() if cluster.jmx else None
     b0, b1, acked_before = phase(load, seconds)
+    count_between = cluster.producer_id_count() if cluster.jmx else None
     actuator = None
     book = AddressBook()
     granted(log, b0, b1, book)
@@ -290,7 +307,9 @@ def measure(cluster: Cluster, name: str, mechanism: Mechanism | None, seconds: f
         rows = actuator({offender: int(time.time() * 1000) + 60_000}, {offender: addresses})
         print(f"  {name}: " + "; ".join(f"{r.action} {r.control}" for r in rows), flush=True)
     time.sleep(2)  # the brokers apply it
+    count_from = cluster.producer_id_count() if cluster.jmx else None
     d0, d1, acked_during = phase(load, seconds)
+    count_after = cluster.producer_id_count() if cluster.jmx else None
     exact = True
     if actuator is not None:
         before = {c: r.before for c, r in zip(mechanism.controls(offender, addresses), rows, strict=True)}
@@ -313,17 +332,31 @@ def measure(cluster: Cluster, name: str, mechanism: Mechanism | None, seconds: f
             for c in STEADY_CLIENTS
         },
         "errors": dict(load.errors),
+        # the brokers' ProducerIdCount growth per minute (KIP-847): the PIDs they keep in memory
+        "producer_id_count_per_min": None
+        if count_before is None
+        else (
+            round(per_min(count_between - count_before, b0, b1)),
+            round(per_min(count_after - count_from, d0, d1)),
+        ),
     }
 
 
 def markdown(results: list[dict]) -> str:
     head = " | ".join(
-        ["mechanism", *(f"{c} PIDs/min" for c in PID_CLIENTS), *(f"{c} rec/s" for c in STEADY_CLIENTS)]
+        [
+            "mechanism",
+            *(f"{c} PIDs/min" for c in PID_CLIENTS),
+            *(f"{c} rec/s" for c in STEADY_CLIENTS),
+            "ProducerIdCount /min",
+        ]
     )
-    lines = [f"| {head} |", "|" + "---|" * (len(CLIENTS) + 1)]
+    lines = [f"| {head} |", "|" + "---|" * (len(CLIENTS) + 2)]
     for r in results:
         cells = [f"{a} → {b}" for a, b in (r["pids_per_min"][c] for c in PID_CLIENTS)]
         cells += [f"{a} → {b}" for a, b in (r["acked_per_s"][c] for c in STEADY_CLIENTS)]
+        count = r.get("producer_id_count_per_min")
+        cells.append("-" if count is None else f"{count[0]} → {count[1]}")
         lines.append(f"| {r['mechanism']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -347,6 +380,7 @@ def main() -> None:
     )
     parser.add_argument("--phase", type=float, default=30.0, help="seconds before, and during (30)")
     parser.add_argument("--mechanisms", default=",".join(mechanisms()), help="comma-separated")
+    parser.add_argument("--brokers", type=int, default=1, help="KRaft nodes, each broker and controller (1)")
     parser.add_argument(
         "--strict-acls",
         action="store_true",
@@ -356,7 +390,12 @@ def main() -> None:
     chosen = {n: mechanisms()[n] for n in args.mechanisms.split(",")}
     with tempfile.TemporaryDirectory(prefix="pidquota-enforce-") as tmp:
         extra = {"allow.everyone.if.no.acl.found": "false"} if args.strict_acls else None
-        cluster = Cluster(Path(tmp), size=1, extra=extra)
+        plugin = None
+        if "broker-plugin" in chosen:  # the brokers run pidquota's plug-in (built if stale)
+            from harness.plugin import plugin_jar
+
+            plugin = plugin_jar()
+        cluster = Cluster(Path(tmp), size=args.brokers, extra=extra, plugin=plugin, jmx=True)
         cluster.start()
         try:
             from kafka.admin import NewTopic

@@ -71,8 +71,9 @@ def fetch(kafka_version: str | None = None, quiet: bool = True) -> Path:
     ``mvn dependency:copy-dependencies`` on ``docker/kafka/pom.xml`` the first time; cached."""
     kafka_version = kafka_version or version()
     libs = cache_dir(kafka_version)
-    if (libs / ".complete").exists():
-        return libs
+    if (libs / ".complete").exists() and any(libs.glob("kafka-tools-[0-9]*.jar")):
+        return libs  # (a cache from before the tools were fetched too is fetched again)
+    shutil.rmtree(libs, ignore_errors=True)
     mvn = shutil.which("mvn")
     if mvn is None:
         raise BrokerError("mvn is not installed: the broker's jars come from Maven Central through it")
@@ -377,30 +378,34 @@ class Cluster:
 
     def producer_id_count(self) -> int:
         """The brokers' ``ProducerIdCount`` summed (KIP-847: the producer ids in every partition's
-        producer state, which the broker keeps in memory), read with Kafka's own JmxTool; needs
-        ``jmx=True``."""
-        total = 0
-        for node in self.nodes:
-            url = f"service:jmx:rmi:///jndi/rmi://127.0.0.1:{node.jmx_port}/jmxrmi"
-            cmd = java_cmd(
-                self.libs or fetch(self.version),
-                "org.apache.kafka.tools.JmxTool",
-                "--object-name",
-                "kafka.server:type=ReplicaManager,name=ProducerIdCount",
-                "--attributes",
-                "Value",
-                "--one-time",
-                "true",
-                "--jmx-url",
-                url,
-                heap="128m",
+        producer state, which the broker keeps in memory); needs ``jmx=True``."""
+        name = "kafka.server:type=ReplicaManager,name=ProducerIdCount"
+        return sum(int(self.jmx_value(node, name, "Value")) for node in self.nodes)
+
+    def jmx_value(self, node: Node, object_name: str, attribute: str) -> float:
+        """One JMX attribute of ``node``, read with Kafka's own JmxTool; needs ``jmx=True``."""
+        url = f"service:jmx:rmi:///jndi/rmi://127.0.0.1:{node.jmx_port}/jmxrmi"
+        cmd = java_cmd(
+            self.libs or fetch(self.version),
+            "org.apache.kafka.tools.JmxTool",
+            "--object-name",
+            object_name,
+            "--attributes",
+            attribute,
+            "--one-time",
+            "true",
+            "--jmx-url",
+            url,
+            heap="128m",
+        )
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        rows = [line for line in done.stdout.splitlines() if line and line[0].isdigit()]
+        if done.returncode != 0 or not rows:
+            raise BrokerError(
+                f"JmxTool on node {node.node_id} ({object_name} {attribute}): "
+                f"{done.stdout[-500:]}{done.stderr[-500:]}"
             )
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-            rows = [line for line in done.stdout.splitlines() if line and line[0].isdigit()]
-            if done.returncode != 0 or not rows:
-                raise BrokerError(f"JmxTool on node {node.node_id}: {done.stdout[-500:]}{done.stderr[-500:]}")
-            total += int(float(rows[-1].split(",")[-1]))
-        return total
+        return float(rows[-1].split(",")[-1])
 
     def kill(self, node: Node) -> None:
         """kill -9, as a crash."""

@@ -25,7 +25,7 @@ def broker(request, tmp_path_factory):
     version = request.param
     kafka_broker.fetch(version)
     node = ApacheKafka(
-        tmp_path_factory.mktemp(f"plugin-{version}"), plugin=plugin_jar(), kafka_version=version
+        tmp_path_factory.mktemp(f"plugin-{version}"), plugin=plugin_jar(), kafka_version=version, jmx=True
     )
     node.cluster.start()
     yield node
@@ -95,6 +95,12 @@ def test_a_throttled_user_gets_no_new_pid_and_its_running_producer_and_others_go
     for i in range(5):
         running.send("orders", b"during %d" % i).get(timeout=10)  # Produce is not InitProducerId
     running.close(timeout=2)
+    # its JMX metrics, the broker's authorizer's (a combined node's controller has one too)
+    stats = "io.pidquota:type=PidQuotaAuthorizer,broker=1"
+    node = broker.cluster.nodes[0]
+    assert broker.cluster.jmx_value(node, stats, "Refused") >= 1
+    assert broker.cluster.jmx_value(node, stats, "FailOpen") == 0
+    assert broker.cluster.jmx_value(node, stats, "MeanInitAuthorizationNanos") > 0
 
 
 def test_records_it_would_not_write_are_skipped_and_change_nothing(broker):

@@ -2,6 +2,7 @@ package io.pidquota.plugin;
 
 import java.lang.management.ManagementFactory;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.Collections;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -11,6 +12,7 @@ import java.util.Set;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.atomic.AtomicLong;
 import javax.management.ObjectName;
+import javax.management.StandardMBean;
 import org.apache.kafka.common.Endpoint;
 import org.apache.kafka.common.acl.AclOperation;
 import org.apache.kafka.common.resource.ResourceType;
@@ -62,6 +64,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     private ObjectName mbean;
     private String topic = DEFAULT_TOPIC;
     private Map<String, Object> clientConfigs = new HashMap<>();
+    private final Set<String> controllerListeners = new HashSet<>();
 
     @Override
     public void configure(Map<String, ?> configs) {
@@ -87,11 +90,32 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         if (bootstrap != null) {
             clientConfigs.put("bootstrap.servers", bootstrap.toString());
         }
+        Object controllers = configs.get("controller.listener.names");
+        if (controllers != null) {
+            for (String name : controllers.toString().split(",")) {
+                controllerListeners.add(name.trim());
+            }
+        }
+    }
+
+    /**
+     * Whether this instance serves a KRaft controller alone: a node that is broker and
+     * controller builds one authorizer for each, and only the broker's sees InitProducerId
+     * (the controller's needs no state reader, and its metrics would hide the broker's).
+     */
+    private boolean controllerOnly(AuthorizerServerInfo serverInfo) {
+        Collection<Endpoint> endpoints = serverInfo.endpoints();
+        return !endpoints.isEmpty() && endpoints.stream()
+            .allMatch(e -> controllerListeners.contains(e.listenerName().orElse("")));
     }
 
     @Override
     public Map<Endpoint, ? extends CompletionStage<Void>> start(AuthorizerServerInfo serverInfo) {
         Map<Endpoint, ? extends CompletionStage<Void>> started = super.start(serverInfo);
+        if (controllerOnly(serverInfo)) {
+            LOG.info("pidquota plug-in: a controller's authorizer: it refuses nothing, reads no state");
+            return started;
+        }
         String name = "pidquota-plugin-" + serverInfo.brokerId();
         if (!clientConfigs.containsKey("bootstrap.servers")) {
             LOG.error("pidquota plug-in: no {}bootstrap.servers: it refuses nothing", PREFIX);
@@ -145,7 +169,10 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     private void register(int brokerId) {
         try {
             mbean = new ObjectName("io.pidquota:type=PidQuotaAuthorizer,broker=" + brokerId);
-            ManagementFactory.getPlatformMBeanServer().registerMBean(new Stats(), mbean);
+            // a StandardMBean of the interface: a class named Stats may not implement
+            // PluginStatsMBean as a plain standard MBean (JMX wants StatsMBean), and was refused
+            ManagementFactory.getPlatformMBeanServer()
+                    .registerMBean(new StandardMBean(new Stats(), PluginStatsMBean.class), mbean);
         } catch (Exception e) {  // a second authorizer in one JVM (tests): the first one's stays
             LOG.warn("pidquota plug-in: its JMX metrics are not registered: {}", e.toString());
             mbean = null;
