@@ -6,6 +6,7 @@ exist refuses nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -132,3 +133,86 @@ def test_a_stale_heartbeat_and_the_switch_fail_open(broker):
     _state(broker, [("switch", "on"), ("t:User:crash-loop", None)])  # the tombstone ends it
     time.sleep(2)
     assert _new_pid(broker, "crash-loop") == "granted"
+
+
+def _librdkafka(broker, user: str) -> str:
+    """What a new librdkafka idempotent producer of ``user`` meets at its first delivery: 'granted',
+    or 'fatal NAME' (its fatal error), or the delivery error's name."""
+    from confluent_kafka import KafkaException, Producer
+
+    o = broker.sasl(user)
+    said: list = []
+    p = Producer(
+        {
+            "bootstrap.servers": o["kafka.bootstrap.servers"],
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": user,
+            "sasl.password": o["kafka.sasl.password"],
+            "enable.idempotence": True,
+            "message.timeout.ms": 8000,
+            "error_cb": said.append,
+        }
+    )
+    delivered: list = []
+    try:
+        p.produce("orders", b"x", on_delivery=lambda err, msg: delivered.append(err))
+        p.flush(10)
+    except KafkaException as exc:  # produce() and flush() raise once the producer has a fatal error
+        said.append(exc.args[0])
+    except SystemError as exc:  # the same, raised while the delivery callback ran
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, KafkaException):
+            said.append(cause.args[0])
+    fatal = [e for e in said if e.fatal()]
+    if fatal:
+        return f"fatal {fatal[0].name()}"
+    return "granted" if delivered == [None] else (delivered[0].name() if delivered else "nothing")
+
+
+def _java(broker, user: str) -> str:
+    """What Kafka's own Java producer (ProducerPerformance, 3 records, idempotent) of ``user`` says."""
+    import subprocess
+
+    import kafka_broker
+
+    o = broker.sasl(user)
+    config = broker.cluster.workdir / f"{user}-producer.properties"
+    config.write_text(
+        f"bootstrap.servers={o['kafka.bootstrap.servers']}\nacks=all\nenable.idempotence=true\n"
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nmax.block.ms=8000\ndelivery.timeout.ms=8000\n"
+        "request.timeout.ms=5000\nlinger.ms=0\nsasl.jaas.config=org.apache.kafka.common.security.plain."
+        f'PlainLoginModule required username="{user}" password="{o["kafka.sasl.password"]}";\n'
+    )
+    perf = "org.apache.kafka.tools.ProducerPerformance"
+    cmd = kafka_broker.java_cmd(
+        broker.cluster.libs, perf, "--topic", "orders", "--num-records", "3", "--record-size", "10",
+        "--throughput", "-1", "--producer.config", str(config), heap="256m",
+    )  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    text = done.stdout + done.stderr
+    if "ClusterAuthorizationException" in text:
+        return "refused: ClusterAuthorizationException"
+    return "granted" if "3 records sent" in text else text[-500:]
+
+
+def test_each_client_library_meets_a_refusal_as_an_authorization_error(broker):
+    """Issue 42: what kafka-python, librdkafka and the Java producer do when the plug-in refuses
+    their InitProducerId (each takes it as an authorization error of the producer, which its
+    application sees; KIP-936 warns that older clients treat it as fatal), and that a new
+    producer of the user is served again once the throttle ends."""
+    from harness.kafka import create
+    from kafka.errors import TopicAlreadyExistsError
+
+    with contextlib.suppress(TopicAlreadyExistsError):  # the module's broker: another test's
+        create(broker, "orders")
+    now = int(time.time() * 1000)
+    _state(broker, [("switch", "on"), ("h", f"{now} 60000"), ("t:User:crash-loop", str(now + 120_000))])
+    _until(lambda: _new_pid(broker, "crash-loop") != "granted")
+    assert _new_pid(broker, "crash-loop") == "refused"  # kafka-python: error 31 from the send, fatal
+    assert _librdkafka(broker, "crash-loop") == "fatal CLUSTER_AUTHORIZATION_FAILED"  # librdkafka: fatal
+    assert _java(broker, "crash-loop") == "refused: ClusterAuthorizationException"
+    assert (_librdkafka(broker, "steady"), _java(broker, "steady")) == ("granted", "granted")
+    _state(broker, [("t:User:crash-loop", None)])
+    _until(lambda: _new_pid(broker, "crash-loop") == "granted")
+    assert (_librdkafka(broker, "crash-loop"), _java(broker, "crash-loop")) == ("granted", "granted")
