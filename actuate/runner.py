@@ -225,7 +225,7 @@ class BatchActuator:
         """What this run still holds on the cluster, and how to lift it; empty when nothing
         (said when a run stops without lifting: a second signal, a lift that failed)."""
         held = 0 if self.dry_run else len(self.actuator.entries)
-        if not held:
+        if not held or self.actuator.fenced is not None:  # fenced: the journal's new owner holds them
             return ""
         where = self.options["kafka.bootstrap.servers"]
         return (

@@ -158,6 +158,7 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
     config, checkpoint = plan.config, plan.checkpoint
     speed = DEMO_SPEED if args.speed is None else args.speed
     from pidquota.streaming import query as q
+    from pidquota.streaming import session
     from pidquota.streaming.session import spark_session
 
     spark = spark_session(config, args.master)
@@ -186,6 +187,7 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
     heap = spark.sparkContext.getConf().get("spark.driver.memory", "1g")  # while the JVM answers
     if plan.act is not None:
         signals.left_behind = plan.act.left_behind
+    signals.on_stop = session.stopping  # the JVM's own end is not printed
     try:
         error = wait(query, duration_s, signals, _progress_observers(config, args.once, plan.exporter))
     except Exception as exc:
@@ -200,6 +202,9 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
         sink.close()
         if plan.act is not None:  # the run's end lifts its actions; a kill leaves them to the next start
             sink.record_actions(plan.act.stop())
+    if error is not None and _stopped_with_us(signals):  # the query ended as its JVM stopped
+        print(_STOPPED_WITH_US, file=sys.stderr)
+        return signals.exit_code
     if error is not None:
         raise _query_failed(error, plan, heap)
     if table is not None:

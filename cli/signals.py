@@ -42,6 +42,7 @@ class Signals:
         self._clock, self._at = clock, 0.0
         # what a stop at once leaves behind, said before it exits (the actuator's held controls)
         self.left_behind: Callable[[], str] = lambda: ""
+        self.on_stop: Callable[[], None] = lambda: None  # told at the first signal
 
     def install(self) -> Signals:
         for sig in _STOPS:
@@ -71,6 +72,7 @@ class Signals:
             )
             os._exit(code)
         self.signum, self._at = signum, self._clock()
+        self.on_stop()
         self.request_stop()
         print(
             f"pidquota: stopping after the batch in flight ({name}; again to stop now)",

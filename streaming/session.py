@@ -218,10 +218,26 @@ def _launch(conf):
     return gateway
 
 
+# Set once the run is stopping on a signal: what the JVM prints from then on is its own end (a
+# signal sent to the whole process group stops it too, and it dies with traces), not news.
+STOPPING = threading.Event()
+
+
+def stopping() -> None:
+    """The run stops on a signal: the JVM's stderr and py4j's log of the calls it breaks (its
+    callback thread logs every one with a trace) are not printed from now on."""
+    STOPPING.set()
+    for name in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
 def _relay(pipe) -> None:
-    """Copy the JVM's stderr to file descriptor 2, as if it were inherited, line by line."""
+    """Copy the JVM's stderr to file descriptor 2, as if it were inherited, line by line
+    (nothing once :data:`STOPPING` is set)."""
     noise = False
     for line in iter(pipe.readline, b""):
+        if STOPPING.is_set():
+            continue
         if line.startswith(_JVM_NOISE) or _TWS_WORKER in line[:80] or (noise and not line.strip()):
             noise = True
             continue
