@@ -186,6 +186,8 @@ class Actuator:
             self.ended.pop(principal, None)
         ended = self.ended.get(principal, set())
         for control, ours in self.mechanism.controls(principal, self.addresses.get(principal, ())):
+            if self.fenced is not None:  # another run owns the journal now: nothing more
+                break
             held = self.entries.get(control)
             if missing_only and (
                 control in self.theirs or control in ended or (held is not None and held.state != SETTING)

@@ -177,8 +177,10 @@ class Journal:
         self.options, self.topic, self.timeout_ms = options, topic, timeout_ms
         self.principal = principal or own_principal(options)
         self._producer = None
-        self._claimed = False
+        self._claimed = False  # the producer now is the claim's (transactional)
+        self._owned = False  # claimed once: never written without a claim again (a fence is kept)
         self._stale = False  # a claimed write failed: the next write re-claims, if still the owner
+        self._fenced: JournalFenced | None = None  # final: every later write raises it
         self._run = uuid.uuid4().hex  # this run, in the owner record its claim writes
 
     @property
@@ -187,14 +189,25 @@ class Journal:
 
     def claim(self) -> None:
         """Become the journal's one writer: fences every earlier writer of this journal, and
-        commits an owner record naming this run (what a re-claim checks: :meth:`_reclaim`)."""
+        commits an owner record naming this run (what a re-claim checks: :meth:`_reclaim`).
+        A claim that fails leaves the journal unclaimed: its next write claims again first."""
         self.close()
+        self._owned = True
+        producer = None
         try:
             producer = kafka_store.producer(
-                self.options, request_timeout_ms=self.timeout_ms, transactional_id=self.owner_id
+                self.options,
+                request_timeout_ms=self.timeout_ms,
+                transactional_id=self.owner_id,
+                # longer than a transaction's bounded steps together (send, then commit), so that
+                # the coordinator never aborts one of them: that would read as a fence
+                transaction_timeout_ms=4 * self.timeout_ms,
             )
             kafka_store.bounded(producer.init_transactions, self._wait_s, f"claiming {self.owner_id}")
         except Exception as exc:  # kafka-python raises several kinds here
+            if producer is not None:  # its sender must not go on trying to init (it would fence us)
+                with contextlib.suppress(Exception):
+                    producer.close(timeout=0)
             raise JournalError(
                 f"cannot claim the journal topic {self.topic!r} (transactional id {self.owner_id}): "
                 f"{type(exc).__name__}: {_short(exc)}; pidquota's principal needs WRITE and DESCRIBE on "
@@ -214,10 +227,12 @@ class Journal:
         return 2 * self.timeout_ms / 1000
 
     def _reclaim(self) -> None:
-        """After a claimed write failed without a fence (an outage; a transaction the broker
-        aborted when it outlived its timeout reads as a stale epoch), the producer may be
-        unusable: claim again, but only while the journal's last owner record is this run's;
-        another run's means it took the journal over: :class:`JournalFenced`."""
+        """After a claimed write failed without a fence (an outage), or a claim failed, the
+        producer may be unusable or gone: claim again, but only while the journal's last owner
+        record is this run's; another run's means it took the journal over:
+        :class:`JournalFenced`. (A run whose owner check comes in the moment between another
+        run's claim and that run's owner record fences the other instead, which then stops
+        before it has changed anything: its start claims before it acts.)"""
         owner = None
         try:
             for record in kafka_store.read_to_end(self.options, self.topic, self.timeout_ms):
@@ -234,11 +249,13 @@ class Journal:
         self.claim()
 
     def _fence(self) -> JournalFenced:
+        """Fenced for good: the producer is closed, and every later write raises the same."""
         self.close()
-        return JournalFenced(
+        self._fenced = self._fenced or JournalFenced(
             f"another pidquota run (or `pidquota actuator lift`) took over the journal topic "
             f"{self.topic!r}: this run changes nothing more; the other holds and lifts what was set"
         )
+        return self._fenced
 
     def ensure(self) -> None:
         """Create the topic (compacted, one partition, replicated up to 3) unless it exists;
@@ -301,7 +318,9 @@ class Journal:
         broker gone mid-commit is an error, not a hang)."""
         from kafka.errors import ProducerFencedError
 
-        if self._stale:
+        if self._fenced is not None:
+            raise self._fenced
+        if self._owned and (self._stale or not self._claimed):  # never a plain write once claimed
             self._reclaim()
         try:
             if self._producer is None:
@@ -323,8 +342,7 @@ class Journal:
 
     def _abort(self) -> None:
         """A failed transaction is aborted; the producer is then re-claimed before the next
-        write (kafka-python leaves it unusable after some failures, and a transaction the broker
-        timed out reads as a stale epoch, not as a fence)."""
+        write (kafka-python leaves it unusable after some failures)."""
         if self._claimed and self._producer is not None:
             with contextlib.suppress(Exception):
                 kafka_store.bounded(self._producer.abort_transaction, self._wait_s, "the journal's abort")

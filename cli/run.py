@@ -188,8 +188,10 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
     if plan.act is not None:
         signals.left_behind = plan.act.left_behind
     signals.on_stop = session.stopping  # the JVM's own end is not printed
+    signalled = False  # a stop signal came before the query's end (not during the lift after it)
     try:
         error = wait(query, duration_s, signals, _progress_observers(config, args.once, plan.exporter))
+        signalled = signals.signum is not None
     except Exception as exc:
         gone = _jvm_gone(exc, heap)
         if gone is None:
@@ -202,7 +204,7 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
         sink.close()
         if plan.act is not None:  # the run's end lifts its actions; a kill leaves them to the next start
             sink.record_actions(plan.act.stop())
-    if error is not None and _stopped_with_us(signals):  # the query ended as its JVM stopped
+    if error is not None and signalled and _stopped_with_us(signals):  # it ended as its JVM stopped
         print(_STOPPED_WITH_US, file=sys.stderr)
         return signals.exit_code
     if error is not None:

@@ -32,6 +32,8 @@ class Topic:
         self.claims = 0
         self.hang = threading.Event()
         self.fail: list[Exception] = []
+        self.fail_init: list[Exception] = []
+        self.plain = 0  # records sent without a transaction
 
     def owner(self) -> str | None:
         runs = [json.loads(v)["run"] for k, v in self.committed if k == OWNER_KEY]
@@ -44,6 +46,8 @@ class Producer:
         self.transactional = transactional_id is not None
 
     def init_transactions(self):
+        if self.topic.fail_init:
+            raise self.topic.fail_init.pop(0)
         self.topic.claims += 1
 
     def begin_transaction(self):
@@ -52,7 +56,11 @@ class Producer:
     def send(self, name, key=None, value=None):
         if self.topic.fail:
             raise self.topic.fail.pop(0)
-        self.pending.append((key, value))
+        if not self.transactional:
+            self.topic.plain += 1
+            self.topic.committed.append((key, value))
+        else:
+            self.pending.append((key, value))
         return SimpleNamespace(get=lambda timeout: None)
 
     def commit_transaction(self):
@@ -133,3 +141,32 @@ def test_a_claim_whose_owner_record_is_not_written_fails(topic):
     topic.fail = [KafkaTimeoutError("no answer")]
     with pytest.raises(JournalError, match="cannot claim the journal topic 'j'"):
         Journal({}, "j").claim()
+
+
+def test_a_fenced_journal_stays_fenced_and_never_writes_plain(topic):
+    """Review of issue 45: a fenced journal closed its producer, and its next write went out
+    plain (no transaction, no fence), so the next control was set unjournalled for the new owner."""
+    journal = Journal({}, "j")
+    journal.claim()
+    topic.fail = [ProducerFencedError()]
+    with pytest.raises(JournalFenced):
+        journal.write(ENTRY)
+    before = list(topic.committed)
+    for _ in range(2):
+        with pytest.raises(JournalFenced):
+            journal.write(ENTRY)
+    assert topic.committed == before and topic.plain == 0 and topic.claims == 1
+
+
+def test_a_claim_again_that_fails_is_tried_again_and_never_writes_plain(topic):
+    journal = Journal({}, "j")
+    journal.claim()
+    topic.fail = [KafkaTimeoutError("no answer")]  # an outage: the next write claims again
+    with pytest.raises(JournalError):
+        journal.write(ENTRY)
+    topic.fail_init = [KafkaTimeoutError("no coordinator")]  # and that claim fails too
+    with pytest.raises(JournalError, match="cannot claim"):
+        journal.write(ENTRY)
+    journal.write(ENTRY)  # the outage over: claimed, then written in a transaction
+    assert topic.plain == 0 and topic.claims == 2
+    assert topic.committed[-1] == (journal_module._key(ENTRY.control), ENTRY.to_json())

@@ -164,6 +164,9 @@ def _librdkafka(broker, user: str) -> str:
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, KafkaException):
             said.append(cause.args[0])
+    finally:
+        with contextlib.suppress(Exception):  # else librdkafka goes on reconnecting after the
+            p.close()  # module's broker has stopped
     fatal = [e for e in said if e.fatal()]
     if fatal:
         return f"fatal {fatal[0].name()}"

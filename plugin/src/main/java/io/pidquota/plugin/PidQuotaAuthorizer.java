@@ -7,6 +7,7 @@ import java.util.Collections;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletionStage;
@@ -93,7 +94,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         Object controllers = configs.get("controller.listener.names");
         if (controllers != null) {
             for (String name : controllers.toString().split(",")) {
-                controllerListeners.add(name.trim());
+                controllerListeners.add(name.trim().toUpperCase(Locale.ROOT));
             }
         }
     }
@@ -106,7 +107,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     private boolean controllerOnly(AuthorizerServerInfo serverInfo) {
         Collection<Endpoint> endpoints = serverInfo.endpoints();
         return !endpoints.isEmpty() && endpoints.stream()
-            .allMatch(e -> controllerListeners.contains(e.listenerName().orElse("")));
+            .allMatch(e -> controllerListeners.contains(e.listenerName().orElse("").toUpperCase(Locale.ROOT)));
     }
 
     @Override
