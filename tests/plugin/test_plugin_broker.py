@@ -219,3 +219,26 @@ def test_each_client_library_meets_a_refusal_as_an_authorization_error(broker):
     _state(broker, [("t:User:crash-loop", None)])
     _until(lambda: _new_pid(broker, "crash-loop") == "granted")
     assert (_librdkafka(broker, "crash-loop"), _java(broker, "crash-loop")) == ("granted", "granted")
+
+
+def test_a_broker_restarted_while_a_user_is_throttled_refuses_it_again_within_seconds(broker):
+    """Issue 42: a broker that joins while a principal is throttled reads the state topic from
+    its start, so the throttle binds there again within seconds of its start, not at the next
+    change pidquota writes."""
+    from harness.kafka import create
+    from kafka.errors import TopicAlreadyExistsError
+
+    with contextlib.suppress(TopicAlreadyExistsError):
+        create(broker, "orders")
+    now = int(time.time() * 1000)
+    _state(broker, [("switch", "on"), ("h", f"{now} 600000"), ("t:User:crash-loop", str(now + 600_000))])
+    _until(lambda: _new_pid(broker, "crash-loop") == "refused")
+    node = broker.cluster.nodes[0]
+    broker.cluster.stop_node(node)
+    broker.cluster.start_node(node)  # waits until it serves
+    started = time.monotonic()
+    _until(lambda: _new_pid(broker, "crash-loop") == "refused", timeout_s=30)
+    assert time.monotonic() - started < 30  # 0.6 to 0.7 s on 3.9.1, 4.1.1 and 4.4.0
+    assert _new_pid(broker, "steady") == "granted"
+    _state(broker, [("t:User:crash-loop", None)])
+    _until(lambda: _new_pid(broker, "crash-loop") == "granted")
