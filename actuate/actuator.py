@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from pidquota.actuate.controls import Control, ControlError, QuotaKey, same_value, shown_value
+from pidquota.actuate.controls import Control, ControlError, QuotaKey, ThrottleKey, same_value, shown_value
 from pidquota.actuate.journal import SET, SETTING, UNDOING, Entry, JournalError, JournalFenced
 from pidquota.actuate.mechanisms import Mechanism
 from pidquota.actuate.policy import Rails, plan
@@ -255,6 +255,10 @@ class Actuator:
         """What :meth:`_apply` would do, read with ``peek`` and changing nothing."""
         if self.peek is None:  # no cluster given: the banner says the values are not read
             return Action(now, principal, "apply", control.name, None, ours, until, dry_run=True)
+        if isinstance(control, ThrottleKey):  # the plug-in's state is pidquota's own, never the
+            return Action(
+                now, principal, "apply", control.name, False, ours, until, dry_run=True
+            )  # operator's
         try:
             before = self.peek.read(control)
             effective, whose = self._effective(control, before, self.peek)

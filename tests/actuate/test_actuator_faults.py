@@ -345,3 +345,19 @@ def test_a_fenced_run_changes_nothing_on_its_retry_paths(path):
     assert [r.action for r in rows] == ["failed"] and "took over" in rows[0].note
     assert not [e for e in cluster.log if e[0] == "write"]  # the cluster untouched
     assert act.fenced is not None and act({"User:crash": NOW + 60_000}) == []  # and acts no more
+
+
+def test_a_dry_run_of_the_plug_in_never_reads_its_state_topic():
+    """The plug-in's state is pidquota's own: a dry run's look at the cluster does not read it (a
+    state topic that does not exist yet cost each batch a read's whole timeout)."""
+    from pidquota.actuate.controls import ThrottleKey
+    from pidquota.actuate.mechanisms import broker_plugin
+
+    class NoState(Cluster):
+        def read(self, control):
+            assert not isinstance(control, ThrottleKey), "the state topic was read"
+            return super().read(control)
+
+    act = Actuator(broker_plugin(), RAILS, None, None, Clock(), peek=NoState())
+    [row] = act({"User:crash": NOW + 60_000})
+    assert (row.action, row.before, row.value, row.dry_run) == ("apply", False, True, True)
