@@ -27,7 +27,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from pidquota.actuate.controls import Control, ControlError, QuotaKey, ThrottleKey, same_value, shown_value
+from pidquota.actuate.controls import (
+    AclBinding,
+    ClientQuotaKey,
+    Control,
+    ControlError,
+    QuotaKey,
+    ThrottleKey,
+    same_value,
+    shown_value,
+)
 from pidquota.actuate.journal import SET, SETTING, UNDOING, Entry, JournalError, JournalFenced
 from pidquota.actuate.mechanisms import Mechanism
 from pidquota.actuate.policy import Rails, plan
@@ -75,6 +84,8 @@ class Actuator:
         # operator took one back): never set again until the principal is let go
         self.ended: dict[str, set[Control]] = {}
         self.fenced: JournalFenced | None = None  # another run took the journal over: act no more
+        # principal -> the controls its closed-loop step adds to the mechanism's (escalation.py)
+        self.extra: dict[str, list[tuple[Control, object]]] = {}
 
     def _now(self) -> int:
         return int(self.clock() * 1000)
@@ -95,7 +106,46 @@ class Actuator:
             if not self._holds(principal):  # let go: acted on again later, all its controls are set
                 self.acted.pop(principal)
                 self.ended.pop(principal, None)
+            else:  # the closed loop's step it stood at: its stricter controls, still held
+                self.extra[principal] = self.stepped(principal)
         return rows
+
+    def stepped(self, principal: str) -> list[tuple[Control, object]]:
+        """The controls pidquota holds for ``principal`` beyond its mechanism's own: a closed
+        loop's step (a client's quota; ACLs where the mechanism sets none)."""
+        base = {c for c, _ in self.mechanism.controls(principal)}
+        return [
+            (c, e.ours)
+            for c, e in sorted(self.entries.items(), key=lambda ce: ce[0].name)
+            if e.principal == principal
+            and (isinstance(c, ClientQuotaKey) or (isinstance(c, AclBinding) and c not in base))
+        ]
+
+    def relevel(self, principal: str, extra: list[tuple[Control, object]], note: str) -> list[Action]:
+        """The closed loop moved ``principal`` to another step: its controls are now the
+        mechanism's and ``extra``. Controls of the old step that the new one has not are undone
+        (exactly, as at the end); new ones applied. Each row carries ``note``."""
+        if self.fenced is not None or principal not in self.acted:
+            return []
+        now, old = self._now(), self.extra.get(principal, [])
+        self.extra[principal] = list(extra)
+        keep = {c for c, _ in extra}
+        ended = self.ended.setdefault(principal, set())
+        rows = []
+        for control, _ in old:
+            if control in keep:
+                continue
+            if self.dry_run:
+                rows.append(Action(now, principal, "undo", control.name, dry_run=True))
+            elif control in self.entries:
+                rows.append(self._undo(self.entries[control], now))
+            self.theirs.pop(control, None)
+            ended.discard(control)  # a later step up may set it again
+        for control, ours in extra:
+            if control not in {c for c, _ in old} and self.fenced is None:
+                ended.discard(control)
+                rows.append(self._apply(principal, control, ours, self.acted[principal], now))
+        return [replace(r, note=f"{note}; {r.note}" if r.note else note) for r in rows]
 
     def __call__(
         self,
@@ -174,6 +224,12 @@ class Actuator:
         return rows
 
     # -- one principal -----------------------------------------------------------------
+    def _controls(self, principal: str) -> list[tuple[Control, object]]:
+        """The principal's controls now: its mechanism's, and its closed-loop step's."""
+        return self.mechanism.controls(principal, self.addresses.get(principal, ())) + self.extra.get(
+            principal, []
+        )
+
     def _holds(self, principal: str) -> bool:
         return any(e.principal == principal for e in self.entries.values())
 
@@ -185,7 +241,7 @@ class Actuator:
         if not missing_only:  # acted on anew: what an earlier spell undid is its to set again
             self.ended.pop(principal, None)
         ended = self.ended.get(principal, set())
-        for control, ours in self.mechanism.controls(principal, self.addresses.get(principal, ())):
+        for control, ours in self._controls(principal):
             if self.fenced is not None:  # another run owns the journal now: nothing more
                 break
             held = self.entries.get(control)
@@ -216,16 +272,19 @@ class Actuator:
         """Undo the principal's controls; it stays acted on until every one is undone (a
         failed undo is tried again at the next batch)."""
         if self.dry_run:
-            self.acted.pop(principal, None)
-            return [
-                Action(now, principal, "undo", c.name, dry_run=True)
-                for c, _ in self.mechanism.controls(principal, self.addresses.pop(principal, ()))
+            rows = [
+                Action(now, principal, "undo", c.name, dry_run=True) for c, _ in self._controls(principal)
             ]
+            self.acted.pop(principal, None)
+            self.addresses.pop(principal, None)
+            self.extra.pop(principal, None)
+            return rows
         mine = [e for e in self.entries.values() if e.principal == principal]
         rows = [self._undo(entry, now) for entry in mine]
         if not self._holds(principal):
             self.acted.pop(principal, None)
             self.addresses.pop(principal, None)
+            self.extra.pop(principal, None)
             self.ended.pop(principal, None)
             self.theirs = {c: p for c, p in self.theirs.items() if p != principal}
         return rows
@@ -276,6 +335,8 @@ class Actuator:
         key the entity does not have falls back to the entity type's ``<default>``, which a
         user-level value would override, so a stricter default must be kept, never loosened.
         With the note an action row gives when the operator's value is kept."""
+        if isinstance(control, ClientQuotaKey) and before is None:
+            return self._users_own(control, controls or self.controls)
         if isinstance(control, QuotaKey) and before is None:
             default = (controls or self.controls).default_quota(control)
             if default is not None:
@@ -284,6 +345,18 @@ class Actuator:
                     "a quota on the entity would loosen it"
                 )
         return before, "the operator's own, as strict"
+
+    def _users_own(self, control: ClientQuotaKey, controls) -> tuple[object, str]:
+        """A client's quota overrides its user's (Kafka's precedence): the operator's user
+        quota, the journal's ``before`` when pidquota holds that key, applies to the client
+        until then, so a stricter one must be kept, never loosened."""
+        user = QuotaKey("user", control.user, control.key)
+        held = self.entries.get(user)
+        value = held.before if held is not None else controls.read(user)
+        note = (
+            f"the operator's user quota ({shown_value(value)}) is as strict: a client quota would loosen it"
+        )
+        return value, note
 
     def _journal(self, entry: Entry) -> None:
         """Record how far a change got; a record that is not written leaves the last one, which
@@ -366,6 +439,6 @@ class Actuator:
 def _as_strict(control: Control, before, ours) -> bool:
     """The operator's value already does what pidquota's would (a quota as low or lower,
     the same ACL)."""
-    if isinstance(control, QuotaKey):
+    if isinstance(control, QuotaKey | ClientQuotaKey):
         return before is not None and float(before) <= float(ours)
     return bool(before)  # an ACL, or a plug-in throttle, already there

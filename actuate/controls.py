@@ -44,6 +44,29 @@ class QuotaKey:
 
 
 @dataclass(frozen=True, order=True)
+class ClientQuotaKey:
+    """One key of the (user, client-id) quota entity: ``user`` without ``User:``;
+    ``client_id`` a client id, or None for the user's ``<default>`` client
+    (``kafka-configs.sh --entity-type users --entity-name U --entity-type clients
+    --entity-default``). Kafka's precedence puts it before the user's own quota, for that
+    client id (or, the default, for every client id of the user without a quota of its own):
+    the closed loop's narrower, stricter step (``actuate/escalation.py``)."""
+
+    user: str
+    client_id: str | None
+    key: str
+
+    @property
+    def name(self) -> str:
+        client = "<default>" if self.client_id is None else self.client_id
+        return f"quota user={self.user},client-id={client} {self.key}"
+
+    @property
+    def components(self) -> list[tuple[str, str | None]]:
+        return [("user", self.user), ("client-id", self.client_id)]
+
+
+@dataclass(frozen=True, order=True)
 class AclBinding:
     """One ACL binding, as ``kafka-acls.sh`` writes it: ``principal`` (``User:alice``),
     ``operation`` (``WRITE``, ``IDEMPOTENT_WRITE``...), ``permission`` (``DENY``/``ALLOW``),
@@ -79,7 +102,7 @@ class ThrottleKey:
         return f"plug-in throttle for {self.principal}"
 
 
-Control = QuotaKey | AclBinding | ThrottleKey
+Control = QuotaKey | ClientQuotaKey | AclBinding | ThrottleKey
 
 
 def same_value(a, b) -> bool:
@@ -116,7 +139,9 @@ class Controls:
     def read(self, control: Control):
         if isinstance(control, ThrottleKey):
             return self._plugin().read(control.principal)
-        return self._read_quota(control) if isinstance(control, QuotaKey) else self._has_acl(control)
+        if isinstance(control, QuotaKey | ClientQuotaKey):
+            return self._read_quota(control)
+        return self._has_acl(control)
 
     def _plugin(self):
         if self.state is None:
@@ -128,7 +153,7 @@ class Controls:
     def write(self, control: Control, value) -> None:
         """Set ``control`` to ``value``: a quota key to a float (None removes it), an ACL
         binding present (True) or absent (False)."""
-        if isinstance(control, QuotaKey):
+        if isinstance(control, QuotaKey | ClientQuotaKey):
             self._write_quota(control, value)
         elif isinstance(control, ThrottleKey):
             self._plugin().write(control.principal, bool(value))
@@ -143,7 +168,7 @@ class Controls:
         the controller has the record, and the broker that answers a read may apply it a few
         ms later. So a read after a write sees the write (the actuator's undo and a restart's
         reconcile compare what they read with what was written)."""
-        want = value if isinstance(control, QuotaKey) else bool(value)
+        want = value if isinstance(control, QuotaKey | ClientQuotaKey) else bool(value)
         deadline = time.monotonic() + SEEN_WITHIN_S
         while not same_value(self.read(control), want) and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -161,31 +186,55 @@ class Controls:
 
     def quotas(self, entity_type: str, entity: str) -> dict[str, float]:
         """Every key of one quota entity (exact match, that entity alone)."""
+        return self._entity_quotas([(entity_type, entity)])
+
+    def _entity_quotas(self, components: list[tuple[str, str | None]]) -> dict[str, float]:
+        """Every key of the entity of ``components`` (type, name; a None name: the type's
+        ``<default>``), that entity alone."""
         from kafka.protocol.admin import DescribeClientQuotasRequest
 
-        component = DescribeClientQuotasRequest.ComponentData(
-            entity_type=entity_type, match_type=0, match=entity
+        shown = ",".join(f"{t}={'<default>' if n is None else n}" for t, n in components)
+        what = f"describe the quotas of {shown}"
+        request = DescribeClientQuotasRequest(
+            components=[
+                DescribeClientQuotasRequest.ComponentData(
+                    entity_type=t, match_type=1 if n is None else 0, match=n
+                )
+                for t, n in components
+            ],
+            strict=True,
         )
-        request = DescribeClientQuotasRequest(components=[component], strict=True)
-        response = self._send(request, f"describe the quotas of {entity_type}={entity}")
-        _check(response, f"describe the quotas of {entity_type}={entity}")
+        response = self._send(request, what)
+        _check(response, what)
         out: dict[str, float] = {}
         for entry in response.entries or []:
-            if [(e.entity_type, e.entity_name) for e in entry.entity] == [(entity_type, entity)]:
+            if _by_type((e.entity_type, e.entity_name) for e in entry.entity) == _by_type(components):
                 out.update({v.key: v.value for v in entry.values})
         return out
 
     def authorizers(self) -> dict[int, str]:
         """Each broker's ``authorizer.class.name`` (DescribeConfigs), by broker id ("" for none)."""
+        name = "authorizer.class.name"
+        return {i: found[name] for i, found in self.broker_configs(name).items()}
+
+    def grants_explicitly(self) -> tuple[bool, str]:
+        """Whether every broker runs an authorizer with ``allow.everyone.if.no.acl.found``
+        false, where a DENY ACL closes a resource to its user alone; and what was found."""
+        names = ("authorizer.class.name", "allow.everyone.if.no.acl.found")
+        found = self.broker_configs(*names)
+        loose = sorted(i for i, c in found.items() if not c[names[0]] or c[names[1]].lower() != "false")
+        if not found or loose:
+            return False, f"brokers {loose} run no authorizer or have allow.everyone.if.no.acl.found=true"
+        return True, f"every broker ({len(found)}) grants explicitly"
+
+    def broker_configs(self, *names: str) -> dict[int, dict[str, str]]:
+        """Each broker's value of each of ``names`` (DescribeConfigs, by broker id; "" for none)."""
         from kafka.admin import ConfigResource, ConfigResourceType
 
         try:
             ids = [b["broker_id"] for b in self._admin.describe_cluster().get("brokers", [])]
             found = self._admin.describe_configs(
-                [
-                    ConfigResource(ConfigResourceType.BROKER, str(i), {"authorizer.class.name": None})
-                    for i in ids
-                ],
+                [ConfigResource(ConfigResourceType.BROKER, str(i), dict.fromkeys(names)) for i in ids],
                 config_filter="all",  # a static setting: not among the "modified" ones
             )
         except Exception as exc:  # kafka-python raises several kinds here
@@ -194,7 +243,7 @@ class Controls:
             ) from None
         brokers = found.get("broker", {}) if isinstance(found, dict) else {}
         return {
-            int(i): str((brokers.get(str(i), {}).get("authorizer.class.name") or {}).get("value") or "")
+            int(i): {n: str((brokers.get(str(i), {}).get(n) or {}).get("value") or "") for n in names}
             for i in ids
         }
 
@@ -215,17 +264,16 @@ class Controls:
                 return next((v.value for v in entry.values if v.key == key.key), None)
         return None
 
-    def _read_quota(self, key: QuotaKey) -> float | None:
-        return self.quotas(key.entity_type, key.entity).get(key.key)
+    def _read_quota(self, key: QuotaKey | ClientQuotaKey) -> float | None:
+        return self._entity_quotas(_components(key)).get(key.key)
 
-    def _write_quota(self, key: QuotaKey, value: float | None) -> None:
+    def _write_quota(self, key: QuotaKey | ClientQuotaKey, value: float | None) -> None:
         from kafka.protocol.admin import AlterClientQuotasRequest
 
         entry = AlterClientQuotasRequest.EntryData(
             entity=[
-                AlterClientQuotasRequest.EntryData.EntityData(
-                    entity_type=key.entity_type, entity_name=key.entity
-                )
+                AlterClientQuotasRequest.EntryData.EntityData(entity_type=t, entity_name=n)
+                for t, n in _components(key)
             ],
             ops=[
                 AlterClientQuotasRequest.EntryData.OpData(
@@ -296,6 +344,14 @@ class Controls:
         for _, _, error in results:
             if getattr(error, "errno", 0):
                 raise ControlError(f"Kafka at {self._where} refused to delete {binding.name}: {error}")
+
+
+def _by_type(components) -> list[tuple[str, str | None]]:
+    return sorted(components, key=lambda c: c[0])
+
+
+def _components(key: QuotaKey | ClientQuotaKey) -> list[tuple[str, str | None]]:
+    return key.components if isinstance(key, ClientQuotaKey) else [(key.entity_type, key.entity)]
 
 
 def _same_acl(a, b) -> bool:

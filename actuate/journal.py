@@ -25,7 +25,15 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, fields
 
-from pidquota.actuate.controls import AclBinding, Control, ControlError, Controls, QuotaKey, ThrottleKey
+from pidquota.actuate.controls import (
+    AclBinding,
+    ClientQuotaKey,
+    Control,
+    ControlError,
+    Controls,
+    QuotaKey,
+    ThrottleKey,
+)
 from pidquota.actuate.mechanisms import deny_writes, is_ip, user_name
 from pidquota.conf import jsontext
 from pidquota.conf.errors import PidquotaError
@@ -101,8 +109,9 @@ class Entry:
 
 def fits(control: Control, principal: str) -> bool:
     """Whether ``control`` is one that a mechanism of pidquota's sets for ``principal``: the
-    user's ``request_percentage``, an address's ``connection_creation_rate``, or one of
-    deny-writes' three DENY bindings. Anything else in the journal (another quota key,
+    user's ``request_percentage``, an address's ``connection_creation_rate``, the closed loop's
+    ``request_percentage`` of one of the user's client ids (or its ``<default>`` client), or one
+    of deny-writes' three DENY bindings. Anything else in the journal (another quota key,
     another user's, an ALLOW, a wildcard principal) was not written by pidquota."""
     if principal_problem(principal) is not None:
         return False
@@ -117,11 +126,13 @@ def fits(control: Control, principal: str) -> bool:
         )
     if isinstance(control, ThrottleKey):
         return control == ThrottleKey(principal)
+    if isinstance(control, ClientQuotaKey):  # the closed loop's step (actuate/escalation.py)
+        return control.user == name and control.key == "request_percentage" and control.client_id != ""
     return control in {binding for binding, _ in deny_writes().controls(principal)}
 
 
 def _value_fits(control: Control, value) -> bool:
-    if not isinstance(control, QuotaKey):  # an ACL or a plug-in throttle: present or not
+    if not isinstance(control, QuotaKey | ClientQuotaKey):  # an ACL or a plug-in throttle: present or not
         return isinstance(value, bool)
     if value is None:
         return True
@@ -141,7 +152,8 @@ def _object(raw: bytes, names: set[str]) -> dict:
     return body
 
 
-_KINDS = {"quota": QuotaKey, "acl": AclBinding, "throttle": ThrottleKey}
+_KINDS = {"quota": QuotaKey, "client-quota": ClientQuotaKey, "acl": AclBinding, "throttle": ThrottleKey}
+_MAY_BE_NONE = {"client_id"}  # a (user, client-id) quota's None: the user's <default> client
 
 
 def _kind(control: Control) -> str:
@@ -155,7 +167,9 @@ def _control(spec) -> Control:
     kind = _KINDS[spec["kind"]]
     names = {f.name for f in fields(kind)}
     args = {k: v for k, v in spec.items() if k != "kind"}
-    if set(args) != names or not all(isinstance(v, str) for v in args.values()):
+    if set(args) != names or not all(
+        isinstance(v, str) or (v is None and k in _MAY_BE_NONE) for k, v in args.items()
+    ):
         raise ForeignRecord(
             f"control {jsontext.brief(spec, 80)} does not have the fields of a {spec['kind']}"
         )

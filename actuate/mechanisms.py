@@ -18,6 +18,8 @@
   (``plugin/``, docs/broker-plugin.md), which refuses its InitProducerId on every broker that
   runs the plug-in, and nothing else: its producers that have their PID go on.
 
+The closed loop (``escalation.py``) adds :func:`stricter` steps to a stock mechanism's controls.
+
 Worked example: ``request_quota(1).controls("User:alice")`` is
 ``[(QuotaKey("user", "alice", "request_percentage"), 1.0)]``; with the addresses
 ``("10.0.0.5",)``, ``quota_and_connections(1, 2).controls`` adds
@@ -31,7 +33,7 @@ import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pidquota.actuate.controls import AclBinding, Control, QuotaKey, ThrottleKey
+from pidquota.actuate.controls import AclBinding, ClientQuotaKey, Control, QuotaKey, ThrottleKey
 
 CLUSTER = "kafka-cluster"  # the one CLUSTER resource's name
 
@@ -97,3 +99,27 @@ def deny_writes() -> Mechanism:
 
 def broker_plugin() -> Mechanism:
     return Mechanism("broker-plugin", lambda p, _: [(ThrottleKey(p), True)])
+
+
+def stricter(
+    principal: str, level: int, clients: tuple[str, ...], percentage: float, deny: bool
+) -> list[tuple[Control, object]]:
+    """The controls the closed loop's step ``level`` adds to a stock mechanism's (step 0: none).
+    Step 1: ``request_percentage`` at ``percentage`` on each of the user's flooding client ids
+    (the (user, client-id) quota, which Kafka puts before the user's own, so its other
+    applications keep the user's), or on its ``<default>`` client when no client id is known.
+    Step 2, only with ``deny`` (the operator allowed it, and the cluster grants explicitly):
+    deny-writes' ACLs as well.
+
+    Worked example: ``stricter("User:crash", 1, ("loop-7",), 0.1, False)`` is
+    ``[(ClientQuotaKey("crash", "loop-7", "request_percentage"), 0.1)]``."""
+    if level <= 0:
+        return []
+    name = user_name(principal)
+    named = tuple(sorted(set(c for c in clients if c))) or (None,)
+    out: list[tuple[Control, object]] = [
+        (ClientQuotaKey(name, client, "request_percentage"), float(percentage)) for client in named
+    ]
+    if level >= 2 and deny:
+        out += deny_writes().controls(principal)
+    return out

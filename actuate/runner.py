@@ -26,9 +26,16 @@ from collections.abc import Callable, Iterable, Mapping
 
 from pidquota.actuate.actuator import Action, Actuator
 from pidquota.actuate.addresses import AddressBook
-from pidquota.actuate.controls import ControlError, Controls, shown_value
+from pidquota.actuate.controls import AclBinding, ClientQuotaKey, ControlError, Controls, shown_value
+from pidquota.actuate.escalation import Escalation
 from pidquota.actuate.journal import Journal, JournalError
-from pidquota.actuate.mechanisms import broker_plugin, deny_writes, quota_and_connections, request_quota
+from pidquota.actuate.mechanisms import (
+    broker_plugin,
+    deny_writes,
+    quota_and_connections,
+    request_quota,
+    stricter,
+)
 from pidquota.actuate.plugin_state import PluginState
 from pidquota.actuate.policy import Rails
 from pidquota.conf.errors import ConfigError, PidquotaError
@@ -39,6 +46,8 @@ log = logging.getLogger("pidquota.actuate")
 CONNECTIONS = "request-quota+connection-rate"  # the mechanism that also acts on addresses
 PLUGIN = "broker-plugin"  # the mechanism that writes the broker plug-in's state topic
 AUTO = "auto"  # the plug-in where every broker runs it, else CONNECTIONS
+STOCK = ("request-quota", CONNECTIONS)  # the mechanisms the closed loop steps up
+MOST_CLIENTS = 3  # a flood spread over more client ids than this: the user's <default> client
 
 
 def throttled_until(rows: Iterable[Mapping], window_ms: int, now_ms: int) -> dict[str, int]:
@@ -156,6 +165,28 @@ class BatchActuator:
         self.actuator = Actuator(mechanism, rails_of(config), controls, journal, clock, peek=looking)
         self.by_address = self.mechanism == CONNECTIONS
         self.book = AddressBook()
+        self.loop: Escalation | None = None  # the closed loop (escalation.py), on stock controls
+        self.deny = False  # its last step may add deny-writes (asked for, and the cluster allows)
+        self.deny_asked = config["pidquota.actuator.escalation.deny.writes"]
+        self.low = config["pidquota.actuator.escalation.request.percentage"]
+        self.floods: dict[str, Counter] = {}  # principal -> its throttled new PIDs by client id, this step
+        if config["pidquota.actuator.escalation"] and self.mechanism in STOCK and not self.dry_run:
+            self.loop = Escalation(1, self.window_ms, config["pidquota.actuator.escalation.settle.ms"])
+        self.by_client = self.loop is not None
+
+    def loop_said(self) -> str:
+        """The closed loop in the banner's words ("" for a mechanism it does not step up)."""
+        if self.mechanism not in STOCK:
+            return ""
+        if self.loop is None:
+            if self.dry_run:
+                return "No closed loop in a dry run (nothing changes, so nothing to measure)"
+            return "Closed loop off (pidquota.actuator.escalation=false)"
+        last = ", then deny-writes if every broker grants explicitly" if self.deny_asked else ""
+        return (
+            f"Closed loop: a user still granted over twice its quota is stepped up to request_percentage "
+            f"{self.low:g} on its flooding client ids{last}"
+        )
 
     @property
     def dry_run(self) -> bool:
@@ -177,26 +208,106 @@ class BatchActuator:
         if self.mechanism == PLUGIN:  # the plug-in's topic, then the heartbeat that makes the brokers obey it
             state.ensure(self.actuator.journal.principal)
             state.start_heartbeat(self.heartbeat_ms)
+        if self.loop is not None and self.deny_asked:
+            self.deny = self._deny_allowed()
+            self.loop.steps = 2 if self.deny else 1
         rows = self.actuator.reconcile()
         for address, principal in self.actuator.held_addresses().items():
             self.book.own(address, principal)  # a restart knows the addresses it holds again
         return self._said(rows)
 
+    def _deny_allowed(self) -> bool:
+        """Whether the closed loop's last step may add deny-writes' ACLs: only where every
+        broker grants explicitly (a DENY on every topic would close them to every user
+        elsewhere); said once when not."""
+        try:
+            ok, why = self.actuator.controls.grants_explicitly()
+        except ControlError as exc:
+            ok, why = False, str(exc)
+        if not ok:
+            log.warning(
+                "actuator: the closed loop will not use deny-writes (pidquota.actuator.escalation.deny."
+                "writes=true): %s, where a DENY on every topic closes them to every user",
+                why,
+            )
+        return ok
+
     def __call__(
-        self, metrics_rows: Iterable[Mapping], addresses: Iterable[tuple[str, str | None, bool]] = ()
+        self,
+        metrics_rows: Iterable[Mapping],
+        addresses: Iterable[tuple[str, str | None, bool]] = (),
+        clients: Iterable[tuple[str, str | None, int]] = (),
     ) -> list[Action]:
-        """One batch: its metrics rows that may be throttled, and its decisions' ``(principal,
-        client address, throttled)`` (:class:`AddressBook`)."""
+        """One batch: its metrics rows that may be throttled (and those of the principals acted
+        on), its decisions' ``(principal, client address, throttled)`` (:class:`AddressBook`),
+        and its throttled decisions counted by ``(principal, client id)`` (the closed loop's
+        flooding client ids)."""
         now = int(self.clock() * 1000)
+        metrics_rows = list(metrics_rows)
         throttled = throttled_until(metrics_rows, self.window_ms, now)
         if not self.by_address:
-            return self._said(self.actuator(throttled))
-        held = self.actuator.held_addresses()
-        self.book.held = set(held)
-        self.book.add(addresses)
-        shared = {a for a in held if self.book.shared(a)}  # new, or an undo that failed before
-        mine = {p: self.book.exclusive(p) for p in throttled}
-        return self._said(self.actuator(throttled, mine, shared))
+            rows = self.actuator(throttled)
+        else:
+            held = self.actuator.held_addresses()
+            self.book.held = set(held)
+            self.book.add(addresses)
+            shared = {a for a in held if self.book.shared(a)}  # new, or an undo that failed before
+            mine = {p: self.book.exclusive(p) for p in throttled}
+            rows = self.actuator(throttled, mine, shared)
+        if self.loop is not None:
+            rows += self._escalate(metrics_rows, clients, now)
+        return self._said(rows)
+
+    def _escalate(self, metrics_rows: list[Mapping], clients, now: int) -> list[Action]:
+        """The closed loop's batch: what each principal acted on was granted, and its step moved
+        where the measure says (``escalation.py``)."""
+        acted = self.actuator.acted
+        for principal in set(self.loop.at) - set(acted):
+            self.loop.forget(principal)
+            self.floods.pop(principal, None)
+        for principal in acted:
+            self.loop.seed(principal, _level(self.actuator.extra.get(principal, [])), now)
+        for principal, client, count in clients:
+            if principal in acted and client:
+                self.floods.setdefault(principal, Counter())[client] += int(count)
+        for row in metrics_rows:
+            principal = str(row.get("principal"))
+            if row.get("replay") is not True and principal in acted:
+                new = (finite(row.get("admitted")) or 0) + (finite(row.get("throttled")) or 0)
+                self.loop.observe(principal, int(new), finite(row.get("quota")), now)
+        rows = []
+        for principal in sorted(acted):
+            verdict = self.loop.judge(principal, now)
+            if verdict is None:
+                continue
+            clients = self._flooding(principal)
+            if verdict.widen:  # the same step, on the client ids it has and those that flood now
+                had = self.actuator.extra.get(principal, [])
+                named = {c.client_id for c, _ in had if isinstance(c, ClientQuotaKey)}
+                clients = () if None in named else _at_most(named | set(clients))
+            extra = stricter(principal, verdict.level, clients, self.low, self.deny)
+            if verdict.widen and set(extra) == set(self.actuator.extra.get(principal, [])):
+                continue
+            what = "widened" if verdict.widen else f"step {verdict.level} of {self.loop.steps}"
+            note = f"closed loop: {what} ({verdict.reason})"
+            rows += self.actuator.relevel(principal, extra, note)
+            self.floods.pop(principal, None)  # the next step's clients are counted anew
+        return rows
+
+    def _flooding(self, principal: str) -> tuple[str, ...]:
+        """The client ids that make most (80%) of the principal's throttled new PIDs this step;
+        none (the user's ``<default>`` client) when not known or spread over more than
+        ``MOST_CLIENTS``."""
+        counts = self.floods.get(principal)
+        if not counts:
+            return ()
+        total, picked, covered = sum(counts.values()), [], 0
+        for client, count in counts.most_common():
+            picked.append(client)
+            covered += count
+            if covered >= 0.8 * total:
+                break
+        return _at_most(picked)
 
     def stop(self) -> list[Action]:
         """Undo everything held (the run's end; a kill leaves it to the next start)."""
@@ -247,6 +358,18 @@ class BatchActuator:
                 cluster.close()
         if self.actuator.journal is not None:
             self.actuator.journal.close()
+
+
+def _at_most(clients) -> tuple[str, ...]:
+    """``clients``, sorted; none (the user's ``<default>`` client) when over ``MOST_CLIENTS``."""
+    return tuple(sorted(clients)) if len(clients) <= MOST_CLIENTS else ()
+
+
+def _level(extra) -> int:
+    """The closed loop's step that a principal's extra controls show (a restart's)."""
+    if any(isinstance(c, AclBinding) for c, _ in extra):
+        return 2
+    return 1 if extra else 0
 
 
 def _peek(config, options: dict):

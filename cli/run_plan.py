@@ -133,7 +133,7 @@ def actuator_shown(config, act) -> str:
     return (
         f"pidquota: actuator {how}{mechanism}{where}{why} for throttled users, held {hold:g} s past their "
         f"throttle, at most {config['pidquota.actuator.max.principals']} at once, and lifted when the "
-        "run ends; actions in OUTPUT/actions/"
+        "run ends; actions in OUTPUT/actions/" + (f". {act.loop_said()}" if act.loop_said() else "")
     )
 
 

@@ -768,6 +768,54 @@ SETTINGS: tuple[Setting, ...] = (
         max=10000,
     ),
     Setting(
+        "pidquota.actuator.escalation",
+        bool,
+        True,
+        "Stock controls delay a grant, they cannot refuse it, so what they achieve differs by "
+        "client and address (measured: 98 of 103 PIDs a minute kept by a librdkafka loop on a "
+        "shared address); pidquota sees what the brokers still grant, so it can check.",
+        "The closed loop, for request-quota and request-quota+connection-rate: a principal acted "
+        "on that still gets over twice its quota per window is stepped up (a lower "
+        "request_percentage on its flooding client ids, then, where allowed, deny-writes), and "
+        "stepped down as its rate falls (docs/enforcing.md). Each step is journalled and undone "
+        "exactly.",
+    ),
+    Setting(
+        "pidquota.actuator.escalation.settle.ms",
+        int,
+        30_000,
+        "Long enough for a crash loop to restart a few times at the throttled pace (a Kafka "
+        "quota's delay is at most one quota window, 1 s by default), short enough to step up "
+        "within a minute.",
+        "How long each measure of the closed loop lasts: a step is judged on the new PIDs the "
+        "brokers granted over it (a step down waits twice as long after each bounce).",
+        min=5_000,
+        max=3_600_000,
+    ),
+    Setting(
+        "pidquota.actuator.escalation.request.percentage",
+        float,
+        0.1,
+        "A tenth of the first step's 1%: Kafka's delay for it reaches its cap (one quota window) "
+        "for any client, a cheap librdkafka loop too.",
+        "request_percentage of the closed loop's first step, set on each of the user's flooding "
+        "client ids as a (user, client-id) quota, which Kafka puts before the user's own: its "
+        "other applications keep the user's quota.",
+        min=0.01,
+        max=10000,
+    ),
+    Setting(
+        "pidquota.actuator.escalation.deny.writes",
+        bool,
+        False,
+        "DENY ACLs also stop the user's steady producers, and on a cluster with "
+        "allow.everyone.if.no.acl.found=true they close every topic to every user: the operator "
+        "must ask for it.",
+        "Let the closed loop's last step add deny-writes' ACLs (a circuit breaker) when the "
+        "first step does not hold the user within twice its quota; used only where every broker "
+        "has allow.everyone.if.no.acl.found=false, else said at start and not used.",
+    ),
+    Setting(
         "pidquota.actuator.hold.ms",
         int,
         300_000,

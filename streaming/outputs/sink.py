@@ -222,9 +222,12 @@ class JsonlSink:
             failed = self.publish.failed_publishes
         actions = None
         if self.act is not None:
-            candidates = _maybe_throttled(_enforced(BatchFrames(parts)["metrics"]))
+            metrics_rows = _enforced(BatchFrames(parts)["metrics"])
+            candidates = _maybe_throttled(metrics_rows, set(self.act.acted))
             addresses = _addresses(parts["decisions"]) if getattr(self.act, "by_address", False) else []
-            actions = self.record_actions(self.act(candidates.to_dict("records"), addresses), batch_id)
+            clients = _clients(parts["decisions"]) if getattr(self.act, "by_client", False) else []
+            rows = self.act(candidates.to_dict("records"), addresses, clients)
+            actions = self.record_actions(rows, batch_id)
         metrics = parts["metrics"]
         at = metrics.schema.get_field_index("failed_publishes")
         parts["metrics"] = metrics.set_column(
@@ -340,12 +343,25 @@ def _enforced(metrics: pd.DataFrame) -> pd.DataFrame:
     return metrics[~metrics["replay"].fillna(False).astype(bool)]
 
 
-def _maybe_throttled(metrics: pd.DataFrame) -> pd.DataFrame:
+def _maybe_throttled(metrics: pd.DataFrame, acted: set[str] = frozenset()) -> pd.DataFrame:
     """The rows the actuator must look at, picked per batch in pandas rather than row by row:
     new PIDs throttled in the batch, or under one token left (only then can the bucket make the
-    next new PID wait). A batch of 100,000 users that throttles two hands the actuator two rows."""
+    next new PID wait), and the rows of the principals ``acted`` on (the closed loop counts their
+    new PIDs). A batch of 100,000 users that throttles two hands the actuator two rows."""
     if not len(metrics):
         return metrics
     throttled = pd.to_numeric(metrics["throttled"], errors="coerce").fillna(0) > 0
     short = pd.to_numeric(metrics["tokens"], errors="coerce").fillna(float("inf")) < 1
-    return metrics[throttled | short]
+    return metrics[throttled | short | metrics["principal"].isin(acted)]
+
+
+def _clients(decisions: pa.Table) -> list[tuple[str, str, int]]:
+    """The batch's live THROTTLE decisions counted by ``(principal, client id)`` (the closed
+    loop's flooding client ids), where the input names the client."""
+    if not decisions.num_rows or decisions["client_id"].null_count == decisions.num_rows:
+        return []
+    live = pc.invert(pc.fill_null(decisions["replay"], False))
+    throttled = pc.and_(live, pc.equal(decisions["verdict"], "THROTTLE"))
+    named = decisions.filter(pc.and_(pc.fill_null(throttled, False), pc.is_valid(decisions["client_id"])))
+    counted = named.group_by(["principal", "client_id"], use_threads=False).aggregate([([], "count_all")])
+    return list(zip(*(counted[c].to_pylist() for c in ("principal", "client_id", "count_all")), strict=True))

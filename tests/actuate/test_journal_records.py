@@ -15,7 +15,7 @@ from harness.hostile import FAST, NUMBERS, as_bytes, deep, json_values
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pidquota.actuate.controls import AclBinding, QuotaKey
+from pidquota.actuate.controls import AclBinding, ClientQuotaKey, QuotaKey
 from pidquota.actuate.journal import SET, Entry, Journal, _key
 
 QUOTA = QuotaKey("user", "crash", "request_percentage")
@@ -43,8 +43,10 @@ def _body(**change) -> bytes:
 def test_pidquota_s_own_records_load():
     acl = Entry(AclBinding("User:crash", "WRITE", "DENY", "TOPIC", "*"), "User:crash", False, True, 5, SET)
     ip = Entry(QuotaKey("ip", "fe80::1%eth-0", "connection_creation_rate"), "User:crash", None, 1.0, 5)
-    out = _load(*(_record(_key(e.control), e.to_json()) for e in (GOOD, acl, ip)))
-    assert out == {GOOD.control: GOOD, acl.control: acl, ip.control: ip}
+    client = Entry(ClientQuotaKey("crash", "loop", "request_percentage"), "User:crash", 50.0, 0.1, 5)
+    default = Entry(ClientQuotaKey("crash", None, "request_percentage"), "User:crash", None, 0.1, 5)
+    out = _load(*(_record(_key(e.control), e.to_json()) for e in (GOOD, acl, ip, client, default)))
+    assert out == {e.control: e for e in (GOOD, acl, ip, client, default)}
     assert _load(_record(_key(QUOTA), GOOD.to_json()), _record(_key(QUOTA), None)) == {}  # a tombstone
 
 
@@ -73,6 +75,15 @@ CRAFTED = {
         principal="User:", control={**json.loads(GOOD.to_json())["control"], "entity": ""}
     ),
     "a boolean quota": _body(ours=True),
+    "another user's client quota": _body(
+        control={"kind": "client-quota", "user": "bob", "client_id": "loop", "key": "request_percentage"}
+    ),
+    "a client quota's other key": _body(
+        control={"kind": "client-quota", "user": "crash", "client_id": None, "key": "producer_byte_rate"}
+    ),
+    "a client quota without a user": _body(
+        control={"kind": "client-quota", "user": None, "client_id": "loop", "key": "request_percentage"}
+    ),
     "NaN": GOOD.to_json().replace(b"200.0", b"NaN"),
     "an unknown state": _body(state="done"),
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from pidquota.actuate.controls import Controls, QuotaKey
+from pidquota.actuate.controls import ClientQuotaKey, Controls, QuotaKey
 
 USERS: list[str] = []  # every user a test made up: its ACLs and quotas go at the end of the test
 
@@ -31,9 +31,26 @@ def forget(controls: Controls, broker) -> None:
         for user in USERS:
             for key in controls.quotas("user", user):
                 controls.write(QuotaKey("user", user, key), None)
+            for client, keys in client_quotas(controls, user).items():
+                for key in keys:
+                    controls.write(ClientQuotaKey(user, client, key), None)
             mine = ACLFilter(f"User:{user}", None, ACLOperation.ANY, ACLPermissionType.ANY, everything)
             admin.delete_acls([mine])
             assert admin.describe_acls(mine)[0] == []
     finally:
         admin.close()
         USERS.clear()
+
+
+def client_quotas(controls: Controls, user: str) -> dict[str | None, dict[str, float]]:
+    """Every (user, client-id) quota of ``user``, by client id (None: its ``<default>`` client)."""
+    from kafka.protocol.admin import DescribeClientQuotasRequest
+
+    component = DescribeClientQuotasRequest.ComponentData(entity_type="user", match_type=0, match=user)
+    response = controls._send(DescribeClientQuotasRequest(components=[component], strict=False), "describe")
+    out: dict[str | None, dict[str, float]] = {}
+    for entry in response.entries or []:
+        names = {e.entity_type: e.entity_name for e in entry.entity}
+        if "client-id" in names:
+            out[names["client-id"]] = {v.key: v.value for v in entry.values}
+    return out
