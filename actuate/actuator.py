@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from pidquota.actuate.controls import (
     AclBinding,
     ClientQuotaKey,
+    ClientThrottleKey,
     Control,
     ControlError,
     QuotaKey,
@@ -42,6 +43,7 @@ from pidquota.actuate.mechanisms import Mechanism
 from pidquota.actuate.policy import Rails, plan
 
 log = logging.getLogger("pidquota.actuate")
+MOST_CLIENTS = 3  # a flood spread over more client ids than this: the whole principal
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class Actuator:
         self.fenced: JournalFenced | None = None  # another run took the journal over: act no more
         # principal -> the controls its closed-loop step adds to the mechanism's (escalation.py)
         self.extra: dict[str, list[tuple[Control, object]]] = {}
+        # principal -> its flooding client ids, for a mechanism that narrows to them
+        self.clients: dict[str, tuple[str, ...]] = {}
 
     def _now(self) -> int:
         return int(self.clock() * 1000)
@@ -108,6 +112,13 @@ class Actuator:
                 self.ended.pop(principal, None)
             else:  # the closed loop's step it stood at: its stricter controls, still held
                 self.extra[principal] = self.stepped(principal)
+                narrowed = [
+                    c.client_id
+                    for c in self.entries
+                    if isinstance(c, ClientThrottleKey) and c.principal == principal
+                ]
+                if narrowed:  # narrowed before: not widened to the whole user by the restart
+                    self.clients[principal] = tuple(sorted(narrowed))
         return rows
 
     def stepped(self, principal: str) -> list[tuple[Control, object]]:
@@ -129,7 +140,7 @@ class Actuator:
             return []
         now, old = self._now(), self.extra.get(principal, [])
         self.extra[principal] = list(extra)
-        keep = {c for c, _ in extra}
+        keep = {c for c, _ in self._controls(principal)}  # the mechanism's own stay too
         ended = self.ended.setdefault(principal, set())
         rows = []
         for control, _ in old:
@@ -142,7 +153,7 @@ class Actuator:
             self.theirs.pop(control, None)
             ended.discard(control)  # a later step up may set it again
         for control, ours in extra:
-            if control not in {c for c, _ in old} and self.fenced is None:
+            if control not in {c for c, _ in old} and control not in self.entries and self.fenced is None:
                 ended.discard(control)
                 rows.append(self._apply(principal, control, ours, self.acted[principal], now))
         return [replace(r, note=f"{note}; {r.note}" if r.note else note) for r in rows]
@@ -152,6 +163,7 @@ class Actuator:
         throttled: Mapping[str, int],
         addresses: Mapping[str, tuple[str, ...]] | None = None,
         shared: set[str] | frozenset[str] = frozenset(),
+        clients: Mapping[str, tuple[str, ...]] | None = None,
     ) -> list[Action]:
         """One batch: ``throttled`` maps principals to the wall-clock ms their throttle ends;
         ``addresses``, to the client addresses each has to itself (an address-based mechanism
@@ -163,6 +175,8 @@ class Actuator:
         rows = self._unshare(shared, now) if shared else []
         for principal, seen in (addresses or {}).items():  # its newest own addresses now
             self.addresses[principal] = tuple(a for a in seen if a not in shared)
+        for principal, flooding in (clients or {}).items():  # a narrowed throttle only widens
+            self.clients[principal] = self._widened(principal, flooding)
         todo = plan(throttled, self.acted, now, self.rails)
         releasing = set(todo.undo)  # its controls go, and none comes back: they live and die together
         for principal in todo.undo:
@@ -180,6 +194,18 @@ class Actuator:
             for principal in sorted(set(self.acted) - set(todo.apply) - releasing):
                 rows += self._act(principal, self.acted[principal], now, missing_only=True)
         return rows
+
+    def _widened(self, principal: str, flooding: tuple[str, ...]) -> tuple[str, ...]:
+        """The client ids a narrowing mechanism acts on for ``principal``: those it had and
+        those that flood now, or none (the whole principal) once unknown or more than
+        ``MOST_CLIENTS``."""
+        had = self.clients.get(principal)
+        if not flooding:  # nothing new: as it was (never known: the whole principal)
+            return had if had is not None else ()
+        if principal in self.acted and had == ():
+            return ()  # the whole principal already: never narrowed again while acted on
+        both = tuple(sorted(set(had or ()) | set(flooding)))
+        return both if len(both) <= MOST_CLIENTS else ()
 
     def held_addresses(self) -> dict[str, str]:
         """The addresses pidquota holds a control on now, with the principal it is for."""
@@ -226,9 +252,10 @@ class Actuator:
     # -- one principal -----------------------------------------------------------------
     def _controls(self, principal: str) -> list[tuple[Control, object]]:
         """The principal's controls now: its mechanism's, and its closed-loop step's."""
-        return self.mechanism.controls(principal, self.addresses.get(principal, ())) + self.extra.get(
-            principal, []
+        base = self.mechanism.controls(
+            principal, self.addresses.get(principal, ()), self.clients.get(principal, ())
         )
+        return base + self.extra.get(principal, [])
 
     def _holds(self, principal: str) -> bool:
         return any(e.principal == principal for e in self.entries.values())
@@ -278,6 +305,7 @@ class Actuator:
             self.acted.pop(principal, None)
             self.addresses.pop(principal, None)
             self.extra.pop(principal, None)
+            self.clients.pop(principal, None)
             return rows
         mine = [e for e in self.entries.values() if e.principal == principal]
         rows = [self._undo(entry, now) for entry in mine]
@@ -285,6 +313,7 @@ class Actuator:
             self.acted.pop(principal, None)
             self.addresses.pop(principal, None)
             self.extra.pop(principal, None)
+            self.clients.pop(principal, None)
             self.ended.pop(principal, None)
             self.theirs = {c: p for c, p in self.theirs.items() if p != principal}
         return rows
@@ -314,7 +343,9 @@ class Actuator:
         """What :meth:`_apply` would do, read with ``peek`` and changing nothing."""
         if self.peek is None:  # no cluster given: the banner says the values are not read
             return Action(now, principal, "apply", control.name, None, ours, until, dry_run=True)
-        if isinstance(control, ThrottleKey):  # the plug-in's state is pidquota's own, never the
+        if isinstance(
+            control, ThrottleKey | ClientThrottleKey
+        ):  # the plug-in's state is pidquota's own, never the
             return Action(
                 now, principal, "apply", control.name, False, ours, until, dry_run=True
             )  # operator's

@@ -102,7 +102,21 @@ class ThrottleKey:
         return f"plug-in throttle for {self.principal}"
 
 
-Control = QuotaKey | ClientQuotaKey | AclBinding | ThrottleKey
+@dataclass(frozen=True, order=True)
+class ClientThrottleKey:
+    """pidquota's entry for one client id of ``principal`` in the plug-in's state topic:
+    present (True) while the plug-in refuses that client id's new PIDs, and only its (the
+    narrowed throttle: the user's other applications are served)."""
+
+    principal: str
+    client_id: str
+
+    @property
+    def name(self) -> str:
+        return f"plug-in throttle for {self.principal} client id {self.client_id}"
+
+
+Control = QuotaKey | ClientQuotaKey | AclBinding | ThrottleKey | ClientThrottleKey
 
 
 def same_value(a, b) -> bool:
@@ -137,8 +151,8 @@ class Controls:
             self.state.close()
 
     def read(self, control: Control):
-        if isinstance(control, ThrottleKey):
-            return self._plugin().read(control.principal)
+        if isinstance(control, ThrottleKey | ClientThrottleKey):
+            return self._plugin().read(control.principal, getattr(control, "client_id", None))
         if isinstance(control, QuotaKey | ClientQuotaKey):
             return self._read_quota(control)
         return self._has_acl(control)
@@ -155,8 +169,8 @@ class Controls:
         binding present (True) or absent (False)."""
         if isinstance(control, QuotaKey | ClientQuotaKey):
             self._write_quota(control, value)
-        elif isinstance(control, ThrottleKey):
-            self._plugin().write(control.principal, bool(value))
+        elif isinstance(control, ThrottleKey | ClientThrottleKey):
+            self._plugin().write(control.principal, bool(value), getattr(control, "client_id", None))
         elif value:
             self._create_acl(control)
         else:
@@ -218,14 +232,47 @@ class Controls:
         return {i: found[name] for i, found in self.broker_configs(name).items()}
 
     def grants_explicitly(self) -> tuple[bool, str]:
-        """Whether every broker runs an authorizer with ``allow.everyone.if.no.acl.found``
-        false, where a DENY ACL closes a resource to its user alone; and what was found."""
+        """Whether a DENY ACL can close resources to its user alone, as far as the brokers show:
+        every broker runs an authorizer, and none shows ``allow.everyone.if.no.acl.found=true``.
+        Kafka reports that setting as sensitive (it is the authorizer's, not a broker config
+        Kafka knows), so its value is mostly hidden: then the operator's word stands, and the
+        reason says so."""
         names = ("authorizer.class.name", "allow.everyone.if.no.acl.found")
         found = self.broker_configs(*names)
-        loose = sorted(i for i, c in found.items() if not c[names[0]] or c[names[1]].lower() != "false")
-        if not found or loose:
-            return False, f"brokers {loose} run no authorizer or have allow.everyone.if.no.acl.found=true"
-        return True, f"every broker ({len(found)}) grants explicitly"
+        none = sorted(i for i, c in found.items() if not c[names[0]])
+        loose = sorted(i for i, c in found.items() if c[names[1]].lower() == "true")
+        if not found or none:
+            return False, f"brokers {none} run no authorizer (no ACL is enforced there)"
+        if loose:
+            return False, f"brokers {loose} have allow.everyone.if.no.acl.found=true"
+        return (
+            True,
+            f"every broker ({len(found)}) runs an authorizer; allow.everyone.if.no.acl.found is as the operator says",
+        )
+
+    def allows(self, principal: str) -> bool:
+        """Whether any ALLOW ACL names ``principal``: where the cluster grants explicitly, a
+        user that writes has one."""
+        from kafka.admin import (
+            ACLFilter,
+            ACLOperation,
+            ACLPermissionType,
+            ACLResourcePatternType,
+            ResourcePatternFilter,
+            ResourceType,
+        )
+
+        anything = ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY)
+        wanted = ACLFilter(principal, None, ACLOperation.ANY, ACLPermissionType.ALLOW, anything)
+        try:
+            found, error = self._admin.describe_acls(wanted)
+        except Exception as exc:  # kafka-python raises several kinds here
+            raise ControlError(
+                f"Kafka at {self._where} did not describe the ACLs of {principal}: {exc}"
+            ) from None
+        if getattr(error, "errno", 0):
+            raise ControlError(f"Kafka at {self._where} refused to describe the ACLs of {principal}: {error}")
+        return bool(found)
 
     def broker_configs(self, *names: str) -> dict[int, dict[str, str]]:
         """Each broker's value of each of ``names`` (DescribeConfigs, by broker id; "" for none)."""

@@ -21,6 +21,8 @@ import contextlib
 import json
 import logging
 import math
+import os
+import socket
 import time
 import uuid
 from dataclasses import asdict, dataclass, fields
@@ -28,6 +30,7 @@ from dataclasses import asdict, dataclass, fields
 from pidquota.actuate.controls import (
     AclBinding,
     ClientQuotaKey,
+    ClientThrottleKey,
     Control,
     ControlError,
     Controls,
@@ -126,6 +129,8 @@ def fits(control: Control, principal: str) -> bool:
         )
     if isinstance(control, ThrottleKey):
         return control == ThrottleKey(principal)
+    if isinstance(control, ClientThrottleKey):  # the plug-in's narrowed throttle
+        return control.principal == principal and control.client_id != ""
     if isinstance(control, ClientQuotaKey):  # the closed loop's step (actuate/escalation.py)
         return control.user == name and control.key == "request_percentage" and control.client_id != ""
     return control in {binding for binding, _ in deny_writes().controls(principal)}
@@ -152,7 +157,13 @@ def _object(raw: bytes, names: set[str]) -> dict:
     return body
 
 
-_KINDS = {"quota": QuotaKey, "client-quota": ClientQuotaKey, "acl": AclBinding, "throttle": ThrottleKey}
+_KINDS = {
+    "quota": QuotaKey,
+    "client-quota": ClientQuotaKey,
+    "acl": AclBinding,
+    "throttle": ThrottleKey,
+    "client-throttle": ClientThrottleKey,
+}
 _MAY_BE_NONE = {"client_id"}  # a (user, client-id) quota's None: the user's <default> client
 
 
@@ -229,12 +240,37 @@ class Journal:
             ) from None
         self._producer, self._claimed, self._stale = producer, True, False
         try:
-            self._send(OWNER_KEY, json.dumps({"run": self._run, "at_ms": int(time.time() * 1000)}).encode())
+            self._send(OWNER_KEY, json.dumps(self._owner_record()).encode())
         except JournalFenced:
             raise
         except JournalError as exc:  # a claim without its owner record would read as fenced later
             self.close()
             raise JournalError(f"cannot claim the journal topic {self.topic!r}: {exc}") from None
+
+    def _owner_record(self) -> dict:
+        """Who claims: this run, when, and its host and process (``status`` asks whether it is
+        still going)."""
+        return {
+            "run": self._run,
+            "at_ms": int(time.time() * 1000),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+        }
+
+    def owner(self) -> dict | None:
+        """The journal's last owner record (``run``, ``at_ms``, ``host``, ``pid``), or None."""
+        owner = None
+        try:
+            for record in kafka_store.read_to_end(self.options, self.topic, self.timeout_ms):
+                if record.key == OWNER_KEY and record.value is not None:
+                    owner = record.value
+        except PidquotaError as exc:
+            raise JournalError(f"cannot check who owns the journal topic {self.topic!r}: {exc}") from None
+        try:
+            found = jsontext.loads(owner) if owner else None
+        except ValueError:
+            return None
+        return found if isinstance(found, dict) else None
 
     @property
     def _wait_s(self) -> float:
@@ -247,18 +283,8 @@ class Journal:
         :class:`JournalFenced`. (A run whose owner check comes in the moment between another
         run's claim and that run's owner record fences the other instead, which then stops
         before it has changed anything: its start claims before it acts.)"""
-        owner = None
-        try:
-            for record in kafka_store.read_to_end(self.options, self.topic, self.timeout_ms):
-                if record.key == OWNER_KEY and record.value is not None:
-                    owner = record.value
-        except PidquotaError as exc:
-            raise JournalError(f"cannot check who owns the journal topic {self.topic!r}: {exc}") from None
-        try:
-            run = jsontext.loads(owner).get("run") if owner else None
-        except (ValueError, AttributeError):
-            run = None
-        if run != self._run:
+        owner = self.owner()
+        if (owner or {}).get("run") != self._run:
             raise self._fence()
         self.claim()
 

@@ -16,7 +16,9 @@
   stops the user's produce requests: a circuit breaker.
 * ``broker-plugin``: the principal's entry in the state topic of pidquota's broker plug-in
   (``plugin/``, docs/broker-plugin.md), which refuses its InitProducerId on every broker that
-  runs the plug-in, and nothing else: its producers that have their PID go on.
+  runs the plug-in, and nothing else: its producers that have their PID go on. Narrowed
+  (``pidquota.actuator.plugin.narrow``), the entries of its flooding client ids alone, when
+  the decisions name them: its other applications still get new PIDs.
 
 The closed loop (``escalation.py``) adds :func:`stricter` steps to a stock mechanism's controls.
 
@@ -33,7 +35,14 @@ import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pidquota.actuate.controls import AclBinding, ClientQuotaKey, Control, QuotaKey, ThrottleKey
+from pidquota.actuate.controls import (
+    AclBinding,
+    ClientQuotaKey,
+    ClientThrottleKey,
+    Control,
+    QuotaKey,
+    ThrottleKey,
+)
 
 CLUSTER = "kafka-cluster"  # the one CLUSTER resource's name
 
@@ -46,8 +55,16 @@ class Mechanism:
 
     name: str
     of: Callable[[str, tuple[str, ...]], list[tuple[Control, object]]]
+    # the controls for only some client ids of the principal (the plug-in's narrowed throttle)
+    narrow: Callable[[str, tuple[str, ...]], list[tuple[Control, object]]] | None = None
 
-    def controls(self, principal: str, addresses: tuple[str, ...] = ()) -> list[tuple[Control, object]]:
+    def controls(
+        self, principal: str, addresses: tuple[str, ...] = (), clients: tuple[str, ...] = ()
+    ) -> list[tuple[Control, object]]:
+        """The controls for ``principal``; for ``clients`` alone when given and the mechanism
+        can narrow."""
+        if clients and self.narrow is not None:
+            return self.narrow(principal, tuple(clients))
         return self.of(principal, tuple(addresses))
 
 
@@ -97,8 +114,16 @@ def deny_writes() -> Mechanism:
     return Mechanism("deny-writes", controls)
 
 
-def broker_plugin() -> Mechanism:
-    return Mechanism("broker-plugin", lambda p, _: [(ThrottleKey(p), True)])
+def broker_plugin(narrow: bool = False) -> Mechanism:
+    """The plug-in's throttle of the principal; with ``narrow``, of its flooding client ids
+    alone when they are known (``ClientThrottleKey``)."""
+    return Mechanism(
+        "broker-plugin",
+        lambda p, _: [(ThrottleKey(p), True)],
+        (lambda p, clients: [(ClientThrottleKey(p, c), True) for c in sorted(set(clients))])
+        if narrow
+        else None,
+    )
 
 
 def stricter(

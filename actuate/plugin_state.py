@@ -1,6 +1,7 @@
 """The broker plug-in's state topic, as pidquota writes it (``plugin/``, docs/broker-plugin.md):
 one partition, compacted; ``t:User:NAME`` = the end of its throttle (wall-clock ms), a
-tombstone to end it; ``h`` = ``AT_MS MAX_AGE_MS``, the heartbeat without which every broker's
+tombstone to end it; ``c:N:CLIENTUser:NAME`` the same for one client id of it (N the id's
+length in characters: any id reads unambiguously), the narrowed throttle; ``h`` = ``AT_MS MAX_AGE_MS``, the heartbeat without which every broker's
 plug-in refuses nothing (fail open).
 
 The actuator's ``broker-plugin`` mechanism holds one control per principal,
@@ -28,7 +29,16 @@ from pidquota.store import kafka as kafka_store
 
 log = logging.getLogger("pidquota.actuate")
 
-THROTTLE, HEARTBEAT = "t:", "h"
+THROTTLE, CLIENT, HEARTBEAT = "t:", "c:", "h"
+
+
+def throttle_key(principal: str, client_id: str | None = None) -> bytes:
+    """The state topic's key of a principal's throttle, or of one client id's of it."""
+    if client_id is None:
+        return f"{THROTTLE}{principal}".encode()
+    return f"{CLIENT}{len(client_id)}:{client_id}{principal}".encode()
+
+
 CAP_MS = 24 * 3600 * 1000
 
 
@@ -47,10 +57,10 @@ class PluginState:
         guard = topic_bindings(principal, self.topic) if principal else []
         ensure_compacted(self.options, self.topic, self.timeout_ms, guard, "the plug-in's state topic")
 
-    def read(self, principal: str) -> bool:
-        """Whether the principal's throttle is in the topic now (its newest record, not a
-        tombstone, and not ended)."""
-        value = self._latest().get(f"{THROTTLE}{principal}".encode())
+    def read(self, principal: str, client_id: str | None = None) -> bool:
+        """Whether the principal's throttle (or its client id's) is in the topic now (its newest
+        record, not a tombstone, and not ended)."""
+        value = self._latest().get(throttle_key(principal, client_id))
         if value is None:
             return False
         try:
@@ -58,9 +68,9 @@ class PluginState:
         except (UnicodeDecodeError, ValueError):
             return False  # not pidquota's: the plug-in skips it too
 
-    def write(self, principal: str, present: bool) -> None:
+    def write(self, principal: str, present: bool, client_id: str | None = None) -> None:
         end = str(int(self.clock() * 1000) + CAP_MS).encode() if present else None
-        self._send(f"{THROTTLE}{principal}".encode(), end)
+        self._send(throttle_key(principal, client_id), end)
 
     def beat(self, max_age_ms: int) -> None:
         self._send(HEARTBEAT.encode(), f"{int(self.clock() * 1000)} {max_age_ms}".encode())

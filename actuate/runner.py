@@ -24,9 +24,16 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
-from pidquota.actuate.actuator import Action, Actuator
+from pidquota.actuate.actuator import MOST_CLIENTS, Action, Actuator
 from pidquota.actuate.addresses import AddressBook
-from pidquota.actuate.controls import AclBinding, ClientQuotaKey, ControlError, Controls, shown_value
+from pidquota.actuate.controls import (
+    AclBinding,
+    ClientQuotaKey,
+    ControlError,
+    Controls,
+    ThrottleKey,
+    shown_value,
+)
 from pidquota.actuate.escalation import Escalation
 from pidquota.actuate.journal import Journal, JournalError
 from pidquota.actuate.mechanisms import (
@@ -47,7 +54,6 @@ CONNECTIONS = "request-quota+connection-rate"  # the mechanism that also acts on
 PLUGIN = "broker-plugin"  # the mechanism that writes the broker plug-in's state topic
 AUTO = "auto"  # the plug-in where every broker runs it, else CONNECTIONS
 STOCK = ("request-quota", CONNECTIONS)  # the mechanisms the closed loop steps up
-MOST_CLIENTS = 3  # a flood spread over more client ids than this: the user's <default> client
 
 
 def throttled_until(rows: Iterable[Mapping], window_ms: int, now_ms: int) -> dict[str, int]:
@@ -97,7 +103,7 @@ def mechanism_of(config, name: str | None = None):
     if name == "deny-writes":
         return deny_writes()
     if name == PLUGIN:
-        return broker_plugin()
+        return broker_plugin(narrow=config["pidquota.actuator.plugin.narrow"])
     if name == CONNECTIONS:
         rate = config["pidquota.actuator.connection.rate"]
         return quota_and_connections(config["pidquota.actuator.request.percentage"], rate)
@@ -170,9 +176,13 @@ class BatchActuator:
         self.deny_asked = config["pidquota.actuator.escalation.deny.writes"]
         self.low = config["pidquota.actuator.escalation.request.percentage"]
         self.floods: dict[str, Counter] = {}  # principal -> its throttled new PIDs by client id, this step
-        if config["pidquota.actuator.escalation"] and self.mechanism in STOCK and not self.dry_run:
+        self._no_deny: set[str] = set()  # principals the deny-writes step was said to be unsafe for
+        # the plug-in refuses only the flooding client ids of a user, when they are known
+        self.narrowing = self.mechanism == PLUGIN and config["pidquota.actuator.plugin.narrow"]
+        stepped = self.mechanism in STOCK or self.narrowing  # the plug-in's step: the whole user
+        if config["pidquota.actuator.escalation"] and stepped and not self.dry_run:
             self.loop = Escalation(1, self.window_ms, config["pidquota.actuator.escalation.settle.ms"])
-        self.by_client = self.loop is not None
+        self.by_client = self.loop is not None or self.narrowing
 
     def loop_said(self) -> str:
         """The closed loop in the banner's words ("" for a mechanism it does not step up)."""
@@ -230,6 +240,8 @@ class BatchActuator:
                 "writes=true): %s, where a DENY on every topic closes them to every user",
                 why,
             )
+        else:
+            log.info("actuator: the closed loop may deny writes: %s", why)
         return ok
 
     def __call__(
@@ -245,7 +257,15 @@ class BatchActuator:
         now = int(self.clock() * 1000)
         metrics_rows = list(metrics_rows)
         throttled = throttled_until(metrics_rows, self.window_ms, now)
-        if not self.by_address:
+        for principal in set(self.floods) - set(throttled) - set(self.actuator.acted):
+            del self.floods[principal]  # neither throttled nor acted on now: nothing to narrow
+        for principal, client, count in clients:  # each throttled principal's flooding client ids
+            if client and (principal in throttled or principal in self.actuator.acted):
+                self.floods.setdefault(principal, Counter())[client] += int(count)
+        if self.narrowing:
+            narrow = {p: self._flooding(p) for p in throttled}
+            rows = self.actuator(throttled, clients=narrow)
+        elif not self.by_address:
             rows = self.actuator(throttled)
         else:
             held = self.actuator.held_addresses()
@@ -267,9 +287,6 @@ class BatchActuator:
             self.floods.pop(principal, None)
         for principal in acted:
             self.loop.seed(principal, _level(self.actuator.extra.get(principal, [])), now)
-        for principal, client, count in clients:
-            if principal in acted and client:
-                self.floods.setdefault(principal, Counter())[client] += int(count)
         for row in metrics_rows:
             principal = str(row.get("principal"))
             if row.get("replay") is not True and principal in acted:
@@ -277,15 +294,21 @@ class BatchActuator:
                 self.loop.observe(principal, int(new), finite(row.get("quota")), now)
         rows = []
         for principal in sorted(acted):
+            before = self.loop.level(principal)
             verdict = self.loop.judge(principal, now)
             if verdict is None:
                 continue
-            clients = self._flooding(principal)
-            if verdict.widen:  # the same step, on the client ids it has and those that flood now
-                had = self.actuator.extra.get(principal, [])
-                named = {c.client_id for c, _ in had if isinstance(c, ClientQuotaKey)}
-                clients = () if None in named else _at_most(named | set(clients))
-            extra = stricter(principal, verdict.level, clients, self.low, self.deny)
+            if self.narrowing:  # the plug-in's one step: the whole user (its narrowing widens itself)
+                if verdict.widen:
+                    continue
+                extra = [(ThrottleKey(principal), True)] if verdict.level else []
+                note = f"closed loop: step {verdict.level} of 1, the whole user ({verdict.reason})"
+                rows += self.actuator.relevel(principal, extra, note)
+                continue
+            clients = self._clients_of(principal, down=verdict.level < before)
+            extra = stricter(
+                principal, verdict.level, clients, self.low, self._may_deny(principal, verdict.level)
+            )
             if verdict.widen and set(extra) == set(self.actuator.extra.get(principal, [])):
                 continue
             what = "widened" if verdict.widen else f"step {verdict.level} of {self.loop.steps}"
@@ -293,6 +316,36 @@ class BatchActuator:
             rows += self.actuator.relevel(principal, extra, note)
             self.floods.pop(principal, None)  # the next step's clients are counted anew
         return rows
+
+    def _clients_of(self, principal: str, down: bool) -> tuple[str, ...]:
+        """The client ids of a principal's next step: those that flood now for its first step;
+        then the ones it has, and, going up or widening, those that flood now as well (``()``,
+        the user's ``<default>`` client, once unknown or too many)."""
+        had = self.actuator.extra.get(principal, [])
+        named = {c.client_id for c, _ in had if isinstance(c, ClientQuotaKey)}
+        if not named:
+            return self._flooding(principal)
+        if None in named:
+            return ()
+        return tuple(sorted(named)) if down else _at_most(named | set(self._flooding(principal)))
+
+    def _may_deny(self, principal: str, level: int) -> bool:
+        """Whether the deny-writes step may be taken for ``principal`` now: allowed at start,
+        and an ALLOW ACL names it (a user that writes without one shows a cluster that lets
+        everyone write resources without ACLs, where a DENY on every topic would close them to
+        every user); said once per principal when not."""
+        if not self.deny or level < 2:
+            return False
+        try:
+            if self.actuator.controls.allows(principal):
+                return True
+            why = "no ALLOW ACL names it, so this cluster lets users write without one"
+        except ControlError as exc:
+            why = str(exc)
+        if principal not in self._no_deny:
+            self._no_deny.add(principal)
+            log.warning("actuator: the closed loop does not deny writes to %s: %s", principal, why)
+        return False
 
     def _flooding(self, principal: str) -> tuple[str, ...]:
         """The client ids that make most (80%) of the principal's throttled new PIDs this step;

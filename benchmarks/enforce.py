@@ -37,7 +37,14 @@ and WRITE on the topic ``hardcode``: see docs/enforcing.md); ``connection-rate``
 ``request-quota-0.1`` (``request_percentage`` 0.1); ``request-quota+connection-rate``
 (pidquota's mechanism of that name: the quota, and the connection rate on each address the
 offender has to itself, found as a run finds it, from the request log's inits before: here
-127.0.0.2 alone).
+127.0.0.2 alone); ``closed-loop``: that mechanism with pidquota's closed loop
+(``actuate/escalation.py``) driven as a run drives it, the offender's quota 5 new PIDs a
+minute, each measure ``--settle`` seconds, deny-writes as its last step with
+``--strict-acls``; its steps and the offender's PIDs per minute over the last third of the
+phase (the floor it reached) are printed too; ``broker-plugin-narrowed``: the plug-in through
+a run's actuator, narrowed to the flooding client ids (``pidquota.actuator.plugin.narrow``)
+with the closed loop's whole-user step. ``deploy-same`` is the offender's own rolling deploy
+(a new producer every 2 s): the application a narrowed throttle spares.
 
 Each phase also reads the brokers' ``ProducerIdCount`` (KIP-847, the producer ids they keep
 in memory) with Kafka's own JmxTool at its start and end: its growth per minute, before and
@@ -79,8 +86,17 @@ from pidquota.actuate.policy import Rails  # noqa: E402
 from scripts.kafka_broker import Cluster  # noqa: E402
 
 OFFENDER, STEADY = "crash-loop", "steady"
-CLIENTS = ("crash-py", "crash-rd", "per-batch", "per-error", "deploy-other", "steady-same", "steady-other")
-PID_CLIENTS, STEADY_CLIENTS = CLIENTS[:5], CLIENTS[5:]
+CLIENTS = (
+    "crash-py",
+    "crash-rd",
+    "per-batch",
+    "per-error",
+    "deploy-same",
+    "deploy-other",
+    "steady-same",
+    "steady-other",
+)
+PID_CLIENTS, STEADY_CLIENTS = CLIENTS[:6], CLIENTS[6:]
 OWN_ADDRESS = "127.0.0.2"  # where the offender's kafka-python loops connect from
 ON_OWN_ADDRESS = ("crash-py", "per-batch", "per-error")
 
@@ -106,7 +122,112 @@ def mechanisms() -> dict[str, Mechanism | None]:
         ),
         "request-quota-0.1": request_quota(0.1),
         "request-quota+connection-rate": quota_and_connections(1.0, 1.0),
+        "closed-loop": CLOSED_LOOP,
+        "broker-plugin-narrowed": NARROWED,
     }
+
+
+CLOSED_LOOP = Mechanism("closed-loop", lambda p, a: quota_and_connections(1.0, 1.0).controls(p, a))
+NARROWED = Mechanism("broker-plugin-narrowed", lambda p, _: broker_plugin().controls(p))
+LOOPED = {"closed-loop": "request-quota+connection-rate", "broker-plugin-narrowed": "broker-plugin"}
+
+
+class Loop:
+    """pidquota's closed loop as a run drives it (``actuate.runner.BatchActuator``, with the
+    quota 5 new PIDs per minute for the offender): each second, the offender's grants of the
+    second before last, read from the tail of the request log, as a batch's metrics row, its
+    throttled decisions by client id and its addresses."""
+
+    def __init__(self, cluster: Cluster, log: Path, settle_s: float, deny: bool, mechanism: str):
+        import threading
+
+        from pidquota.actuate.runner import BatchActuator, cluster_options
+        from pidquota.conf.loader import load
+
+        config = load(
+            None,
+            {
+                "pidquota.actuator": "on",
+                "pidquota.actuator.mechanism": mechanism,
+                "pidquota.actuator.journal.topic": f"bench-journal-looped-{mechanism.replace('+', '-')}",
+                "pidquota.actuator.escalation.settle.ms": str(int(settle_s * 1000)),
+                "pidquota.actuator.escalation.deny.writes": str(deny).lower(),
+                "producer.id.quota.window.size.seconds": "60",
+            },
+        )
+        self.act = BatchActuator(config, cluster_options(config, cluster.bootstrap))
+        self.log, self.at, self.pending = log, log.stat().st_size, []
+        self.steps: list[dict] = []
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self, t0: float) -> None:
+        self.t0 = t0
+        self.act.start()
+        self.thread.start()
+
+    def _run(self) -> None:
+        from pidquota.streaming.request_log import connection_ends
+
+        tick = int(time.time()) + 1
+        while not self.stop_flag.wait(max(0.0, tick - time.time())):
+            self.pending += self._tail()
+            offender = f"User:{OFFENDER}"
+            second, keep, clients, addresses = tick - 2, [], Counter(), set()
+            for at, body in self.pending:
+                if at >= second + 1:
+                    keep.append((at, body))
+                elif at == second:  # every user's grants, as a run's decisions name their addresses
+                    who = body.get("principal")
+                    addresses.add((who, connection_ends(body.get("connection"))[1], who == offender))
+                    if who == offender:
+                        clients[body["requestHeader"].get("clientId") or ""] += 1
+            self.pending = keep
+            n = sum(clients.values())
+            row = {
+                "principal": offender,
+                "timestamp": 1,
+                "quota": 5.0,
+                "tokens": 0.0,
+                "admitted": 0,
+                "throttled": n,
+            }
+            rows = self.act([row], sorted(addresses), [(offender, c, k) for c, k in clients.items()])
+            for r in rows:
+                self.steps.append(
+                    {
+                        "t": round(time.time() - self.t0, 1),
+                        "action": r.action,
+                        "control": r.control,
+                        "note": r.note,
+                    }
+                )
+                print(f"  loop +{self.steps[-1]['t']} s: {r.action} {r.control} {r.note}", flush=True)
+            tick += 1
+
+    def _tail(self) -> list[tuple[int, dict]]:
+        with open(self.log, "rb") as f:
+            f.seek(self.at)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self.at += end
+        out = []
+        for line in data[:end].decode(errors="replace").splitlines():
+            if not _INIT.search(line):
+                continue
+            body = json.loads(line[line.index("{") : line.rindex("}") + 1])
+            if (body.get("response") or {}).get("producerId", -1) >= 0:
+                out.append((int(time.mktime(time.strptime(line[1:20], "%Y-%m-%d %H:%M:%S"))), body))
+        return out
+
+    def stop(self) -> bool:
+        """Lift it all; whether every control is as before (the journal empty, no step left)."""
+        self.stop_flag.set()
+        self.thread.join(10)
+        self.act.stop()
+        exact = not self.act.actuator.entries
+        self.act.close()
+        return exact
 
 
 def _bind_to(address: str) -> None:
@@ -241,6 +362,11 @@ class Load:
         self._once(self._kafka_python(STEADY, client), "bench", 5)
         time.sleep(2)
 
+    def _deploy_same(self, client: str) -> None:
+        """The offender's own rolling deploy, another application of the same user."""
+        self._once(self._kafka_python(OFFENDER, client), "bench", 5)
+        time.sleep(2)
+
     def _steady_same(self, client: str) -> None:
         self._steady(OFFENDER, client)
 
@@ -282,7 +408,15 @@ def phase(load: Load, seconds: float) -> tuple[float, float, Counter]:
     return start, time.time(), load.acked - before
 
 
-def measure(cluster: Cluster, name: str, mechanism: Mechanism | None, seconds: float, log: Path) -> dict:
+def measure(
+    cluster: Cluster,
+    name: str,
+    mechanism: Mechanism | None,
+    seconds: float,
+    log: Path,
+    settle_s: float = 10.0,
+    deny: bool = False,
+) -> dict:
     options = {"kafka.bootstrap.servers": cluster.bootstrap}
     controls = Controls(options)
     journal = Journal(options, "bench-journal-" + re.sub(r"[^A-Za-z0-9._-]", "-", name))
@@ -302,7 +436,12 @@ def measure(cluster: Cluster, name: str, mechanism: Mechanism | None, seconds: f
     granted(log, b0, b1, book)
     offender = f"User:{OFFENDER}"
     addresses = book.exclusive(offender)
-    if mechanism is not None:
+    loop = None
+    if name in LOOPED:
+        loop = Loop(cluster, log, settle_s, deny, LOOPED[name])
+        granted(log, b0, b1, loop.act.book)  # the addresses a run would have seen before
+        loop.start(time.time())
+    elif mechanism is not None:
         actuator = Actuator(mechanism, Rails(hold_ms=3_600_000, cap=10), controls, journal)
         rows = actuator({offender: int(time.time() * 1000) + 60_000}, {offender: addresses})
         print(f"  {name}: " + "; ".join(f"{r.action} {r.control}" for r in rows), flush=True)
@@ -311,6 +450,8 @@ def measure(cluster: Cluster, name: str, mechanism: Mechanism | None, seconds: f
     d0, d1, acked_during = phase(load, seconds)
     count_after = cluster.producer_id_count() if cluster.jmx else None
     exact = True
+    if loop is not None:
+        exact = loop.stop()
     if actuator is not None:
         before = {c: r.before for c, r in zip(mechanism.controls(offender, addresses), rows, strict=True)}
         actuator.lift_all()
@@ -332,6 +473,20 @@ def measure(cluster: Cluster, name: str, mechanism: Mechanism | None, seconds: f
             for c in STEADY_CLIENTS
         },
         "errors": dict(load.errors),
+        # the closed loop's steps, and what the offender's clients got in the last third of the
+        # phase (after the steps): the floor the loop reached
+        **(
+            {}
+            if loop is None
+            else {
+                "steps": loop.steps,
+                "last_third_pids_per_min": {
+                    c: round(per_min(n, d1 - (d1 - d0) / 3, d1))
+                    for c, n in granted(log, d1 - (d1 - d0) / 3, d1).items()
+                    if c in PID_CLIENTS
+                },
+            }
+        ),
         # the brokers' ProducerIdCount growth per minute (KIP-847): the PIDs they keep in memory
         "producer_id_count_per_min": None
         if count_before is None
@@ -386,12 +541,15 @@ def main() -> None:
         action="store_true",
         help="allow.everyone.if.no.acl.found=false, each user granted its writes explicitly",
     )
+    parser.add_argument(
+        "--settle", type=float, default=10.0, help="closed-loop: seconds each measure lasts (10)"
+    )
     args = parser.parse_args()
     chosen = {n: mechanisms()[n] for n in args.mechanisms.split(",")}
     with tempfile.TemporaryDirectory(prefix="pidquota-enforce-") as tmp:
         extra = {"allow.everyone.if.no.acl.found": "false"} if args.strict_acls else None
         plugin = None
-        if "broker-plugin" in chosen:  # the brokers run pidquota's plug-in (built if stale)
+        if any(n.startswith("broker-plugin") for n in chosen):  # the brokers run pidquota's plug-in
             from harness.plugin import plugin_jar
 
             plugin = plugin_jar()
@@ -415,7 +573,9 @@ def main() -> None:
             log = cluster.nodes[0].request_log
             results = []
             for name, mechanism in chosen.items():
-                results.append(measure(cluster, name, mechanism, args.phase, log))
+                results.append(
+                    measure(cluster, name, mechanism, args.phase, log, args.settle, args.strict_acls)
+                )
                 print(json.dumps(results[-1]), flush=True)
         finally:
             cluster.stop()

@@ -4,6 +4,8 @@ and lifting all of it (``actuate/``, docs/enforcing.md)."""
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import time
 
 from pidquota.actuate.controls import same_value, shown_value
@@ -46,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
             return 1 if failed else 0
         held = act.actuator.held()
         _status(held, options["kafka.bootstrap.servers"], config["pidquota.actuator.journal.topic"])
+        if held:
+            print(holder(act.actuator.journal.owner()))
         return 0
     finally:
         act.close()
@@ -58,14 +62,49 @@ def _status(held: list, where: str, topic: str) -> None:
     now = time.time() * 1000
     for entry, current in sorted(held, key=lambda h: (h[0].principal, h[0].control.name)):
         left = entry.until_ms - now
-        when = (
-            f"for {left / 1000:.0f} s more (then undone by the run that holds it, if one is going; else by the "
-            "next run's start or `pidquota actuator lift`)"
-            if left > 0
-            else "expired: undone at the next start or lift"
-        )
+        when = f"for {left / 1000:.0f} s more" if left > 0 else "expired: undone at the next start or lift"
         state = "as set" if same_value(current, entry.ours) else f"changed since to {shown_value(current)}"
         print(
             f"{entry.principal}: {entry.control.name} = {shown_value(entry.ours)} ({state}; the operator's "
             f"was {shown_value(entry.before)}), {when}"
         )
+
+
+UNTIL = "nothing undoes them until a run starts on this journal, or `pidquota actuator lift`"
+
+
+def holder(owner: dict | None) -> str:
+    """Who undoes what the journal holds: the run that claimed it last, if it is still going
+    (on this host, its process is looked up; elsewhere it cannot be), else nobody until a run
+    starts or a lift."""
+    if not owner or not isinstance(owner.get("pid"), int):
+        return f"pidquota: the run that set them is not known; if none is going, {UNTIL}"
+    pid, host = owner["pid"], str(owner.get("host") or "?")
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(owner.get("at_ms") or 0) / 1000))
+    if host != socket.gethostname():
+        return (
+            f"pidquota: held by the run of pid {pid} on {host} (since {since}): it undoes each control when "
+            f"its time is up, and all of them when it ends; if it is not running there, {UNTIL}"
+        )
+    if _running(pid):
+        return (
+            f"pidquota: held by the run of pid {pid} on this host (since {since}): it undoes each control "
+            "when its time is up, and all of them when it ends"
+        )
+    return f"pidquota: the run that set them (pid {pid} on this host, since {since}) is not running: {UNTIL}"
+
+
+def _running(pid: int) -> bool:
+    """A pidquota process of that id is running here (a reused id of another program is not)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+        return any(a == b"pidquota" or a.endswith(b"/pidquota") for a in args)  # -m pidquota, or the script
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return not os.path.isdir("/proc")  # /proc exists and the process is not in it: gone

@@ -733,6 +733,19 @@ SETTINGS: tuple[Setting, ...] = (
         "from (mechanism broker-plugin); created if missing, with ACLs for pidquota's principal.",
     ),
     Setting(
+        "pidquota.actuator.plugin.narrow",
+        bool,
+        True,
+        "A crash loop is usually one application of a user; its other applications (a deploy, a "
+        "batch job) should still start producers. Where the flood is spread over many client ids, "
+        "only the whole user binds.",
+        "With the broker-plugin mechanism, refuse new PIDs to the flooding client ids of a "
+        "throttled user alone (those that make 80% of its throttled new PIDs, at most 3; the request "
+        "log and events name them), else to the whole user; the closed loop "
+        "(pidquota.actuator.escalation) refuses the whole user when the narrowed throttle still "
+        "lets over twice its quota through.",
+    ),
+    Setting(
         "pidquota.actuator.plugin.heartbeat.ms",
         int,
         60_000,

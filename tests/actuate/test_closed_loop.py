@@ -10,7 +10,7 @@ import logging
 import pytest
 from harness.acting import client_quotas, new_user
 
-from pidquota.actuate.controls import ClientQuotaKey, QuotaKey
+from pidquota.actuate.controls import AclBinding, ClientQuotaKey, QuotaKey
 from pidquota.actuate.runner import BatchActuator, cluster_options
 from pidquota.conf.loader import load
 
@@ -171,14 +171,29 @@ def test_the_operators_stricter_user_quota_is_never_loosened_by_a_client_step(cl
     assert controls.read(key) == 0.05 and client_quotas(controls, user) == {} and journal.load() == {}
 
 
-def test_deny_writes_is_not_a_step_where_the_cluster_allows_everyone(cluster, kafka, caplog):
-    _, journal, _ = cluster
-    act = _actuator(kafka, journal, Clock(), **{"pidquota.actuator.escalation.deny.writes": "true"})
+def test_deny_writes_is_not_taken_for_a_user_that_writes_without_an_allow_acl(cluster, kafka, caplog):
+    """The session's broker lets everyone write what has no ACL (allow.everyone.if.no.acl.found,
+    which Kafka does not show over DescribeConfigs): its users write without an ALLOW ACL, so a
+    DENY on every topic would close them to every user; the step is not taken, and said once."""
+    controls, journal, _ = cluster
+    user = new_user()
+    crash = f"User:{user}"
+    clock = Clock()
+    act = _actuator(kafka, journal, clock, **{"pidquota.actuator.escalation.deny.writes": "true"})
     try:
-        with caplog.at_level(logging.WARNING, logger="pidquota.actuate"):
+        with caplog.at_level(logging.INFO, logger="pidquota.actuate"):
             act.start()
-        assert act.loop.steps == 1 and not act.deny
-        [line] = [r.getMessage() for r in caplog.records if "deny-writes" in r.getMessage()]
-        assert "allow.everyone.if.no.acl.found=true" in line and "closes them to every user" in line
+            assert act.loop.steps == 2 and act.deny  # an authorizer on every broker; the rest hidden
+            act([_row(crash, 4)])
+            rows = _seconds(act, clock, 16, crash, 3, [(crash, "loop", 3)])  # steps 1 and 2
+        assert act.loop.level(crash) == 2
+        assert [r.control for r in rows] == [f"quota user={user},client-id=loop request_percentage"]
+        [line] = [r.getMessage() for r in caplog.records if "does not deny writes" in r.getMessage()]
+        assert line == (
+            f"actuator: the closed loop does not deny writes to {crash}: no ALLOW ACL names it, so this "
+            "cluster lets users write without one"
+        )
+        act.stop()
     finally:
         act.close()
+    assert controls.read(AclBinding(crash, "WRITE", "DENY", "TOPIC", "*")) is False and journal.load() == {}

@@ -49,9 +49,14 @@ def test_status_shows_what_is_held_and_lift_puts_the_operators_value_back(cluste
 
     shown = run_cli("actuator", "status", *_settings(kafka, journal.topic))
     assert shown.returncode == 0, shown.stderr
-    [line] = shown.stdout.splitlines()
+    line, who = shown.stdout.splitlines()
     assert line.startswith(
         f"User:{user}: quota user={user} request_percentage = 1 (as set; the operator's was 200), for "
+    )
+    # the run that set it (this test's process, its actuator closed without lifting) is no pidquota run
+    assert who.startswith(f"pidquota: the run that set them (pid {os.getpid()} on this host, since ")
+    assert who.endswith(
+        "is not running: nothing undoes them until a run starts on this journal, or `pidquota actuator lift`"
     )
 
     lifted = run_cli("actuator", "lift", *_settings(kafka, journal.topic))
@@ -122,6 +127,9 @@ def test_a_run_acts_a_kill_9_leaves_it_held_and_the_restart_keeps_then_lifts_it_
     assert ("apply", f"User:{user}") in _actions(out), err.decode()[-3000:]
     assert controls.read(key) == 1.0  # held after the kill: nothing lifted it
     assert [e.principal for e in journal.load().values()] == [f"User:{user}"]
+    shown = run_cli("actuator", "status", *_settings(kafka, journal.topic))
+    assert shown.stdout.splitlines()[-1].startswith(f"pidquota: the run that set them (pid {proc.pid} on ")
+    assert "is not running: nothing undoes them until a run starts" in shown.stdout
 
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -56,6 +56,47 @@ def test_acting_refuses_new_pids_and_the_undo_grants_them_again(broker):
         act.controls.close()
 
 
+def test_a_narrowed_throttle_refuses_the_flooding_client_id_alone_and_the_loop_widens_it(broker):
+    from pidquota.actuate.runner import BatchActuator
+    from pidquota.conf.loader import load
+
+    config = load(
+        overrides={
+            "pidquota.actuator": "on",
+            "pidquota.actuator.mechanism": "broker-plugin",
+            "pidquota.actuator.journal.topic": "journal-narrow",
+            "pidquota.actuator.escalation.settle.ms": "5000",
+            "producer.id.quota.window.size.seconds": "60",
+        },
+        environ={},
+    )
+    clock = [time.time()]
+    act = BatchActuator(config, broker.sasl("pidquota"), clock=lambda: clock[0])
+    user = "User:crash-loop"
+    row = {"principal": user, "timestamp": 1, "quota": 5.0, "tokens": 0.0, "admitted": 0, "throttled": 4}
+    try:
+        act.start()
+        [applied] = act([row], clients=[(user, "loop", 4), (user, "deploy", 0)])
+        assert applied.control == "plug-in throttle for User:crash-loop client id loop"
+        _until(lambda: _new_pid(broker, "crash-loop", "loop") == "refused")
+        assert _new_pid(broker, "crash-loop", "deploy") == "granted"  # its other application
+        rows = []
+        for _ in range(6):  # still 4 a second granted, from a client id it did not name: the whole user
+            clock[0] += 1
+            rows += act([row], clients=[(user, "other", 0)])
+        [whole] = rows
+        assert (whole.action, whole.control) == ("apply", "plug-in throttle for User:crash-loop")
+        assert whole.note.startswith("closed loop: step 1 of 1, the whole user (")
+        _until(lambda: _new_pid(broker, "crash-loop", "deploy") == "refused")
+        assert sorted(r.control for r in act.stop()) == [
+            "plug-in throttle for User:crash-loop",
+            "plug-in throttle for User:crash-loop client id loop",
+        ]
+        _until(lambda: _new_pid(broker, "crash-loop", "loop") == "granted")
+    finally:
+        act.close()
+
+
 def test_auto_picks_the_plugin_where_every_broker_runs_it_and_says_so(broker, kafka):
     from pidquota.actuate.runner import BatchActuator, cluster_options
     from pidquota.cli.run_plan import actuator_shown

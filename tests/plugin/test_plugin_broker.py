@@ -44,11 +44,12 @@ def _state(broker, records: list[tuple[str, str | None]]) -> None:
     producer.close(5)
 
 
-def _producer(broker, user: str):
+def _producer(broker, user: str, client_id: str = "kafka-python-producer"):
     from kafka import KafkaProducer
 
     o = broker.sasl(user)
     return KafkaProducer(
+        client_id=client_id,
         bootstrap_servers=o["kafka.bootstrap.servers"],
         security_protocol="SASL_PLAINTEXT",
         sasl_mechanism="PLAIN",
@@ -60,11 +61,11 @@ def _producer(broker, user: str):
     )
 
 
-def _new_pid(broker, user: str) -> str:
+def _new_pid(broker, user: str, client_id: str = "kafka-python-producer") -> str:
     """'granted', 'refused' (the broker's error 31, CLUSTER_AUTHORIZATION_FAILED, which
     kafka-python takes as fatal for the producer) or another error's name, as a new idempotent
-    producer of ``user`` meets it at its first send."""
-    p = _producer(broker, user)
+    producer of ``user`` (with ``client_id``) meets it at its first send."""
+    p = _producer(broker, user, client_id)
     try:
         p.send("orders", b"x").get(timeout=10)
         return "granted"

@@ -146,7 +146,8 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         return super.authorizeByResourceType(context, op, resourceType);
     }
 
-    /** InitProducerId of this principal is refused now (a super user never is). */
+    /** InitProducerId of this principal (or of this client id of it) is refused now (a super user
+     * never is). */
     private boolean refuses(AuthorizableRequestContext context) {
         long t0 = System.nanoTime();
         String principal = context.principal().toString();
@@ -161,7 +162,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
                 LOG.info("pidquota plug-in: obeying pidquota's throttle set");
             }
         }
-        boolean no = !open && !superUsers.contains(principal) && state.refuses(principal, now);
+        boolean no = !open && !superUsers.contains(principal) && state.refuses(principal, context.clientId(), now);
         looked.incrementAndGet();
         lookedNanos.addAndGet(System.nanoTime() - t0);
         return no;

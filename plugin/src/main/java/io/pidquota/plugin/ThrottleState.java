@@ -14,6 +14,9 @@ import java.util.concurrent.ConcurrentHashMap;
  * <ul>
  *   <li>{@code t:User:crash} = {@code 1767225660000}: refuse InitProducerId to {@code User:crash}
  *       until that time; its tombstone ends it at once.</li>
+ *   <li>{@code c:4:loopUser:crash} = {@code 1767225660000}: the same, narrowed to the requests of
+ *       client id {@code loop} (its length in chars, a colon, the id, then the principal: any
+ *       client id reads unambiguously); the user's other client ids are served.</li>
  *   <li>{@code h} = {@code AT_MS MAX_AGE_MS}: pidquota's heartbeat. The set is obeyed only while
  *       {@code now - AT_MS <= MAX_AGE_MS}: a pidquota that is gone (or a state topic that stopped)
  *       refuses nothing after that (fail open).</li>
@@ -30,12 +33,18 @@ import java.util.concurrent.ConcurrentHashMap;
  */
 public final class ThrottleState {
     public static final String THROTTLE = "t:";
+    public static final String CLIENT = "c:";
+    static final int MAX_CLIENT = 4096;
     public static final String HEARTBEAT = "h";
     public static final String SWITCH = "switch";
     static final long MAX_MS = 1L << 53;
     static final int MAX_PRINCIPAL = 4096;
 
-    private final ConcurrentHashMap<String, Long> until = new ConcurrentHashMap<>();
+    /** A principal (a String), or a principal's client id (a {@link Narrow}) -> its throttle's end. */
+    private final ConcurrentHashMap<Object, Long> until = new ConcurrentHashMap<>();
+
+    /** One client id of one principal. */
+    record Narrow(String principal, String clientId) {}
     private volatile long heartbeatAtMs = -1;
     private volatile long maxAgeMs = 0;
     private volatile boolean enabled = true;
@@ -51,7 +60,10 @@ public final class ThrottleState {
             return "the value of " + shown(k) + " is not UTF-8 text";
         }
         if (k.startsWith(THROTTLE)) {
-            return throttle(k.substring(THROTTLE.length()), v);
+            return throttle(k.substring(THROTTLE.length()), null, v);
+        }
+        if (k.startsWith(CLIENT)) {
+            return client(k.substring(CLIENT.length()), v);
         }
         if (k.equals(HEARTBEAT)) {
             return heartbeat(v);
@@ -66,20 +78,32 @@ public final class ThrottleState {
         return "an unknown key " + shown(k);
     }
 
-    private String throttle(String principal, String v) {
+    /** {@code N:CLIENTPRINCIPAL}: N the client id's length in chars. */
+    private String client(String rest, String v) {
+        int colon = rest.indexOf(':');
+        long n = colon > 0 && colon <= 4 ? number(rest.substring(0, colon)) : -1;
+        if (n < 1 || n > MAX_CLIENT || colon + 1 + n > rest.length()) {
+            return "a client throttle's key must be c:LENGTH:CLIENT_IDPRINCIPAL, not " + shown(CLIENT + rest);
+        }
+        String clientId = rest.substring(colon + 1, colon + 1 + (int) n);
+        return throttle(rest.substring(colon + 1 + (int) n), clientId, v);
+    }
+
+    private String throttle(String principal, String clientId, String v) {
         String why = principalProblem(principal);
         if (why != null) {
             return why;
         }
+        Object key = clientId == null ? principal : new Narrow(principal, clientId);
         if (v == null) {
-            until.remove(principal);
+            until.remove(key);
             return null;
         }
         long ms = number(v.trim());
         if (ms < 0) {
             return "the end of " + shown(principal) + "'s throttle is not a time in ms: " + shown(v);
         }
-        until.put(principal, ms);
+        until.put(key, ms);
         return null;
     }
 
@@ -101,11 +125,24 @@ public final class ThrottleState {
 
     /** Whether InitProducerId is refused to {@code principal} at {@code nowMs}. */
     public boolean refuses(String principal, long nowMs) {
+        return refuses(principal, null, nowMs);
+    }
+
+    /** Whether InitProducerId is refused to {@code principal}'s client {@code clientId} (null: not
+     * known) at {@code nowMs}: the principal is throttled, or that client id of it. */
+    public boolean refuses(String principal, String clientId, long nowMs) {
         if (!enabled || !fresh(nowMs)) {
             return false;
         }
         Long end = until.get(principal);
-        return end != null && end > nowMs;
+        if (end != null && end > nowMs) {
+            return true;
+        }
+        if (clientId == null) {
+            return false;
+        }
+        Long narrow = until.get(new Narrow(principal, clientId));
+        return narrow != null && narrow > nowMs;
     }
 
     /** pidquota's heartbeat is recent enough to obey the set. */
@@ -118,7 +155,7 @@ public final class ThrottleState {
         return enabled;
     }
 
-    /** The principals throttled at {@code nowMs}, heartbeat or not. */
+    /** The principals (and principals' client ids) throttled at {@code nowMs}, heartbeat or not. */
     public int throttled(long nowMs) {
         int n = 0;
         for (Long end : until.values()) {

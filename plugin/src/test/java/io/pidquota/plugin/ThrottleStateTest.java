@@ -28,6 +28,25 @@ class ThrottleStateTest {
     }
 
     @Test
+    void aClientThrottleRefusesThatClientIdOfThePrincipalAlone() {
+        ThrottleState s = new ThrottleState();
+        s.apply(b("h"), b("0 60000"));
+        assertNull(s.apply(b("c:4:loopUser:crash"), b("99000")));
+        assertNull(s.apply(b("c:3:a:bUser:crash"), b("99000")));  // a client id holding a colon
+        assertTrue(s.refuses("User:crash", "loop", 1000));
+        assertTrue(s.refuses("User:crash", "a:b", 1000));
+        assertFalse(s.refuses("User:crash", "deploy", 1000));  // its other applications are served
+        assertFalse(s.refuses("User:crash", null, 1000));
+        assertFalse(s.refuses("User:crash", 1000));
+        assertFalse(s.refuses("User:other", "loop", 1000));
+        assertEquals(2, s.throttled(1000));
+        assertNull(s.apply(b("c:4:loopUser:crash"), null));
+        assertFalse(s.refuses("User:crash", "loop", 1000));
+        assertNull(s.apply(b("t:User:crash"), b("99000")));  // the whole user: every client id
+        assertTrue(s.refuses("User:crash", "deploy", 1000));
+    }
+
+    @Test
     void aTombstoneAndTheSwitchEndItAtOnce() {
         ThrottleState s = new ThrottleState();
         s.apply(b("h"), b("0 60000"));
@@ -47,7 +66,8 @@ class ThrottleStateTest {
         String[][] bad = {
             {"t:User:*", "99000"}, {"t:User:", "99000"}, {"t:Group:x", "99000"}, {"t:User:a", "soon"},
             {"t:User:a", "-5"}, {"t:User:a", "99999999999999999999"}, {"h", "now"}, {"h", "0 1"},
-            {"switch", "maybe"}, {"other", "1"},
+            {"switch", "maybe"}, {"other", "1"}, {"c:4:loopUser:*", "9"}, {"c:9:loopUser:a", "9"},
+            {"c:0:User:a", "9"}, {"c:x:loopUser:a", "9"}, {"c:", "9"}, {"c:4:loop", "9"}, {"c:00004:loopUser:a", "9"},
         };
         for (String[] kv : bad) {
             assertNotNull(s.apply(b(kv[0]), b(kv[1])), kv[0] + "=" + kv[1]);
@@ -62,12 +82,13 @@ class ThrottleStateTest {
     void noBytesMakeItThrow() {  // issue 44, the Java side: a fuzz of keys and values
         ThrottleState s = new ThrottleState();
         Random rng = new Random(936);
-        String[] keys = {"t:User:a", "h", "switch", "t:", "t:User:" + "x".repeat(5000)};
+        String[] keys = {"t:User:a", "h", "switch", "t:", "t:User:" + "x".repeat(5000), "c:1:aUser:a", "c:9999:a"};
         for (int i = 0; i < 200_000; i++) {
             byte[] key = rng.nextInt(4) == 0 ? random(rng) : b(keys[rng.nextInt(keys.length)]);
             byte[] value = rng.nextInt(10) == 0 ? null : rng.nextBoolean() ? random(rng) : b(Long.toString(rng.nextLong()));
             s.apply(key, value);
             s.refuses("User:a", rng.nextLong());
+            s.refuses("User:a", "a", rng.nextLong());
         }
     }
 
