@@ -313,7 +313,7 @@ def _sink(plan: run_plan.Plan, on_batch, summed: bool):
     """The sink, with every observer of its batches: the table, the exporter, and if ``summed``
     the end's summary (it keeps each user's new PIDs: only for --once, --duration and the demo,
     not for a production run without an end)."""
-    from pidquota.observe.report_data import RunSummary
+    from pidquota.observe.report.data import RunSummary
     from pidquota.streaming.outputs.sink import JsonlSink
 
     summary = RunSummary() if summed else None
@@ -384,7 +384,7 @@ def _say_end(args: argparse.Namespace, plan: run_plan.Plan, totals, summary) -> 
 
 def _by_file(counts, shown: int = 3) -> str:
     """The files with the most dead letters: ``in/b.jsonl 30, in/a.jsonl 11 (and 2 more files)``."""
-    from pidquota.observe.report_data import local_file
+    from pidquota.observe.report.series import local_file
 
     top = ", ".join(f"{local_file(f)} {n:,}" for f, n in counts.most_common(shown))
     more = len(counts) - shown

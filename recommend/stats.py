@@ -253,7 +253,7 @@ def default_suggestion(usage: pd.DataFrame, headroom: float, share: float) -> De
     return DefaultSuggestion(rate, share, len(maxima), covered(maxima, rate))
 
 
-# The what-if. To be merged with observe/report_data.py's offenders table (another
+# The what-if. To be merged with observe/report/data.py's offenders table (another
 # branch), which computes these per user from the decisions too.
 def what_if_summary(decisions: pd.DataFrame) -> pd.DataFrame:
     """Per principal in the decisions: throttles (THROTTLE decisions), throttled_pids

@@ -12,8 +12,9 @@ import pyarrow as pa
 import pytest
 
 from pidquota.cli.main import main
-from pidquota.observe import report_data as rd
-from pidquota.observe.report import MAX_ROWS, dead_letters_html, render
+from pidquota.observe.report import data as rd
+from pidquota.observe.report import series as rs
+from pidquota.observe.report.html import MAX_ROWS, dead_letters_html, render
 from pidquota.quota import ADMIT, THROTTLE, PrincipalQuota, QuotaSettings
 from pidquota.streaming.columns import OUTPUTS
 from pidquota.streaming.outputs.sink import write_jsonl
@@ -247,7 +248,7 @@ def test_no_window_without_throttles_or_with_two():
 def test_throttles_are_binned_over_event_time(run_dir):
     run = rd.load_run(run_dir)
     # 40 s of event time: 1 s bins; alice's throttles at 0 s (one) and 10 s (two)
-    bins = rd.throttle_bins(run.decisions, ["User:alice", "User:bob"], T0, T0 + 40_000)
+    bins = rs.throttle_bins(run.decisions, ["User:alice", "User:bob"], T0, T0 + 40_000)
     assert bins.attrs["bin_ms"] == 1_000 and len(bins) == 41
     assert bins.loc[rd.utc(T0), "User:alice"] == 1 and bins.loc[rd.utc(T0 + 10_000), "User:alice"] == 2
     assert bins["User:alice"].sum() == 3 and bins["User:bob"].sum() == 0
@@ -258,13 +259,13 @@ def test_throttles_are_binned_over_event_time(run_dir):
     [(3, 179, (0, 5, 36)), (0, 60, (0, 1, 61)), (61, 61, (61, 1 / 60, 1)), (0, 10 * 24 * 60, (0, 360, 41))],
 )
 def test_bins_have_round_widths(start_min, end_min, expected):
-    first, width, count = rd.bins(start_min * 60_000, end_min * 60_000)
+    first, width, count = rs.bins(start_min * 60_000, end_min * 60_000)
     assert (first / 60_000, width / 60_000, count) == pytest.approx(expected)
 
 
 def test_token_peaks_are_the_most_in_each_bin(run_dir):
     run = rd.load_run(run_dir)
-    peaks = rd.token_peaks(run.decisions, run.metrics, ["User:alice"], T0, T0 + 40_000)
+    peaks = rs.token_peaks(run.decisions, run.metrics, ["User:alice"], T0, T0 + 40_000)
     # 40 s in at most 300 bins: 1 s. At 0 s: 1 token after the first ADMIT, 0 after the second
     # and the THROTTLE; at 10 s: 1/3 (both THROTTLEs); at 30 s: 0 after the ADMIT.
     assert peaks.attrs["bin_ms"] == 1_000
@@ -291,20 +292,20 @@ def test_durations_for_people(ms, text):
 
 
 def test_dead_letters_by_reason_and_class(run_dir):
-    reasons = rd.dead_letter_reasons(rd.load_run(run_dir).dead)
+    reasons = rs.dead_letter_reasons(rd.load_run(run_dir).dead)
     assert reasons.values.tolist() == [
         ["not_json", "not valid JSON", 2],
         ["missing_field", "missing required field 'timestamp'", 1],
     ]
-    assert rd.dead_letter_classes(reasons).values.tolist() == [["not_json", 2], ["missing_field", 1]]
-    assert rd.dead_letter_files(rd.load_run(run_dir).dead).values.tolist() == [["f", 3]]
+    assert rs.dead_letter_classes(reasons).values.tolist() == [["not_json", 2], ["missing_field", 1]]
+    assert rs.dead_letter_files(rd.load_run(run_dir).dead).values.tolist() == [["f", 3]]
 
 
 def test_dead_letters_by_file_the_most_first_and_none_for_kafka():
     dead = pd.DataFrame(
         {"source": ["file:///in/a.jsonl", "file:/in/b.jsonl", "file:/in/b.jsonl", "topic/0@7", None]}
     )
-    assert rd.dead_letter_files(dead).values.tolist() == [["/in/b.jsonl", 2], ["/in/a.jsonl", 1]]
+    assert rs.dead_letter_files(dead).values.tolist() == [["/in/b.jsonl", 2], ["/in/a.jsonl", 1]]
     assert "<td>/in/b.jsonl</td><td class=n>2</td>" in dead_letters_html(dead.assign(reason="not valid JSON"))
 
 
@@ -434,7 +435,7 @@ def test_the_principals_the_actuator_acted_on_get_a_section(tmp_path):
         },
     ]
     (out / "actions" / "run-1.jsonl").write_text("".join(json.dumps(a) + "\n" for a in actions))
-    table = rd.acted_on(rd.load_run(out).actions)
+    table = rs.acted_on(rd.load_run(out).actions)
     assert table[["principal", "held", "failed"]].values.tolist() == [
         ["User:crash", False, 0],
         ["User:loop", True, 0],
@@ -454,13 +455,13 @@ def test_a_one_batch_run_gets_a_rate_line_from_its_decisions():
         rows("User:a", judge(100, [(0, 1), (10_000, 2), (70_000, 3)], window_ms=60_000), batch_id=0)
     )
     metrics = pd.DataFrame([{"principal": "User:a", "timestamp": T0 + 70_000, "rate": 1.0, "quota": 100.0}])
-    series = rd.rate_series(metrics, ["User:a"], decisions, 60_000, (T0, T0 + 70_000))
+    series = rs.rate_series(metrics, ["User:a"], decisions, 60_000, (T0, T0 + 70_000))
     ends = [int(t.value // 10**6) - T0 for t in series["time"]]
     assert ends == [*range(5_000, 75_000, 5_000), 70_001]  # 5 s bins; the last ends with the run
     assert series["rate"].tolist() == [sum(e - 60_000 <= a < e for a in (0, 10_000, 70_000)) for e in ends]
     assert series["rate"].tolist()[:3] == [1, 1, 2] and series["rate"].iloc[-1] == 1
     assert set(series["quota"]) == {100.0}
-    only_metrics = rd.rate_series(metrics, ["User:a"])  # no decisions: the metrics rows, one point
+    only_metrics = rs.rate_series(metrics, ["User:a"])  # no decisions: the metrics rows, one point
     assert only_metrics["rate"].tolist() == [1.0]
 
 
