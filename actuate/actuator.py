@@ -175,7 +175,7 @@ class Actuator:
         rows = self._unshare(shared, now) if shared else []
         for principal, seen in (addresses or {}).items():  # its newest own addresses now
             self.addresses[principal] = tuple(a for a in seen if a not in shared)
-        for principal, flooding in (clients or {}).items():  # a narrowed throttle only widens
+        for principal, flooding in (clients or {}).items():  # picked once, at the first action
             self.clients[principal] = self._widened(principal, flooding)
         todo = plan(throttled, self.acted, now, self.rails)
         releasing = set(todo.undo)  # its controls go, and none comes back: they live and die together
@@ -196,16 +196,15 @@ class Actuator:
         return rows
 
     def _widened(self, principal: str, flooding: tuple[str, ...]) -> tuple[str, ...]:
-        """The client ids a narrowing mechanism acts on for ``principal``: those it had and
-        those that flood now, or none (the whole principal) once unknown or more than
-        ``MOST_CLIENTS``."""
+        """The client ids a narrowing mechanism acts on for ``principal``: picked when it is
+        first acted on (none, the whole principal, when unknown or more than ``MOST_CLIENTS``)
+        and kept while it is; the closed loop, not a new pick, decides whether the narrowed
+        throttle is enough (a well-behaved application of the user, throttled by pidquota while
+        the user's bucket is empty, would look like the next flood)."""
         had = self.clients.get(principal)
-        if not flooding:  # nothing new: as it was (never known: the whole principal)
-            return had if had is not None else ()
-        if principal in self.acted and had == ():
-            return ()  # the whole principal already: never narrowed again while acted on
-        both = tuple(sorted(set(had or ()) | set(flooding)))
-        return both if len(both) <= MOST_CLIENTS else ()
+        if principal in self.acted and had is not None:
+            return had
+        return tuple(sorted(set(flooding))) if 0 < len(set(flooding)) <= MOST_CLIENTS else ()
 
     def held_addresses(self) -> dict[str, str]:
         """The addresses pidquota holds a control on now, with the principal it is for."""

@@ -263,7 +263,7 @@ class BatchActuator:
             if client and (principal in throttled or principal in self.actuator.acted):
                 self.floods.setdefault(principal, Counter())[client] += int(count)
         if self.narrowing:
-            narrow = {p: self._flooding(p) for p in throttled}
+            narrow = {p: self._flooding(p) for p in throttled if p not in self.actuator.acted}
             rows = self.actuator(throttled, clients=narrow)
         elif not self.by_address:
             rows = self.actuator(throttled)
@@ -298,7 +298,7 @@ class BatchActuator:
             verdict = self.loop.judge(principal, now)
             if verdict is None:
                 continue
-            if self.narrowing:  # the plug-in's one step: the whole user (its narrowing widens itself)
+            if self.narrowing:  # the plug-in's one step: the whole user
                 if verdict.widen:
                     continue
                 extra = [(ThrottleKey(principal), True)] if verdict.level else []

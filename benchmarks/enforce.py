@@ -135,11 +135,13 @@ LOOPED = {"closed-loop": "request-quota+connection-rate", "broker-plugin-narrowe
 
 class Loop:
     """pidquota's closed loop as a run drives it (``actuate.runner.BatchActuator``, with the
-    quota 5 new PIDs per minute for the offender): each second, the offender's grants of the
+    quota ``--quota`` new PIDs per minute for the offender, 5 by default): each second, the offender's grants of the
     second before last, read from the tail of the request log, as a batch's metrics row, its
     throttled decisions by client id and its addresses."""
 
-    def __init__(self, cluster: Cluster, log: Path, settle_s: float, deny: bool, mechanism: str):
+    def __init__(
+        self, cluster: Cluster, log: Path, settle_s: float, deny: bool, mechanism: str, quota: float
+    ):
         import threading
 
         from pidquota.actuate.runner import BatchActuator, cluster_options
@@ -157,7 +159,7 @@ class Loop:
             },
         )
         self.act = BatchActuator(config, cluster_options(config, cluster.bootstrap))
-        self.log, self.at, self.pending = log, log.stat().st_size, []
+        self.log, self.at, self.pending, self.quota = log, log.stat().st_size, [], quota
         self.steps: list[dict] = []
         self.stop_flag = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -188,7 +190,7 @@ class Loop:
             row = {
                 "principal": offender,
                 "timestamp": 1,
-                "quota": 5.0,
+                "quota": self.quota,
                 "tokens": 0.0,
                 "admitted": 0,
                 "throttled": n,
@@ -207,6 +209,8 @@ class Loop:
             tick += 1
 
     def _tail(self) -> list[tuple[int, dict]]:
+        if self.log.stat().st_size < self.at:  # rolled (every hour): the new file from its start
+            self.at = 0
         with open(self.log, "rb") as f:
             f.seek(self.at)
             data = f.read()
@@ -385,7 +389,10 @@ def granted(log: Path, since: float, until: float, book: AddressBook | None = No
     from pidquota.streaming.request_log import connection_ends
 
     out: Counter = Counter()
-    for line in log.read_text(errors="replace").splitlines():
+    # the log rolls every hour (docker/kafka/log4j*.properties): the rolled files too, oldest first
+    rolled = sorted(p for p in log.parent.glob(log.name + ".*"))
+    text = "".join(p.read_text(errors="replace") for p in [*rolled, log] if p.exists())
+    for line in text.splitlines():
         if not _INIT.search(line):
             continue
         at = time.mktime(
@@ -417,6 +424,7 @@ def measure(
     log: Path,
     settle_s: float = 10.0,
     deny: bool = False,
+    quota: float = 5.0,
 ) -> dict:
     options = {"kafka.bootstrap.servers": cluster.bootstrap}
     controls = Controls(options)
@@ -439,7 +447,7 @@ def measure(
     addresses = book.exclusive(offender)
     loop = None
     if name in LOOPED:
-        loop = Loop(cluster, log, settle_s, deny, LOOPED[name])
+        loop = Loop(cluster, log, settle_s, deny, LOOPED[name], quota)
         granted(log, b0, b1, loop.act.book)  # the addresses a run would have seen before
         loop.start(time.time())
     elif mechanism is not None:
@@ -548,6 +556,9 @@ def main() -> None:
     parser.add_argument(
         "--clients", default=",".join(CLIENTS), help="comma-separated: the clients to run (all)"
     )
+    parser.add_argument(
+        "--quota", type=float, default=5.0, help="the looped mechanisms: the offender's new PIDs a minute (5)"
+    )
     args = parser.parse_args()
     RUNNING[:] = [c for c in CLIENTS if c in args.clients.split(",")]
     chosen = {n: mechanisms()[n] for n in args.mechanisms.split(",")}
@@ -579,7 +590,9 @@ def main() -> None:
             results = []
             for name, mechanism in chosen.items():
                 results.append(
-                    measure(cluster, name, mechanism, args.phase, log, args.settle, args.strict_acls)
+                    measure(
+                        cluster, name, mechanism, args.phase, log, args.settle, args.strict_acls, args.quota
+                    )
                 )
                 print(json.dumps(results[-1]), flush=True)
         finally:

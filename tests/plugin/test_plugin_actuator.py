@@ -81,7 +81,7 @@ def test_a_narrowed_throttle_refuses_the_flooding_client_id_alone_and_the_loop_w
         _until(lambda: _new_pid(broker, "crash-loop", "loop") == "refused")
         assert _new_pid(broker, "crash-loop", "deploy") == "granted"  # its other application
         rows = []
-        for _ in range(6):  # still 4 a second granted, from a client id it did not name: the whole user
+        for _ in range(6):  # still 4 a second granted (a client id it did not name): the whole user
             clock[0] += 1
             rows += act([row], clients=[(user, "other", 0)])
         [whole] = rows
