@@ -90,6 +90,8 @@ class Actuator:
         self.extra: dict[str, list[tuple[Control, object]]] = {}
         # principal -> its flooding client ids, for a mechanism that narrows to them
         self.clients: dict[str, tuple[str, ...]] = {}
+        # principal -> controls of a step it left whose undo failed: undone again at each batch
+        self.stale: dict[str, set[Control]] = {}
 
     def _now(self) -> int:
         return int(self.clock() * 1000)
@@ -110,8 +112,7 @@ class Actuator:
             if not self._holds(principal):  # let go: acted on again later, all its controls are set
                 self.acted.pop(principal)
                 self.ended.pop(principal, None)
-            else:  # the closed loop's step it stood at: its stricter controls, still held
-                self.extra[principal] = self.stepped(principal)
+            else:
                 narrowed = [
                     c.client_id
                     for c in self.entries
@@ -119,17 +120,20 @@ class Actuator:
                 ]
                 if narrowed:  # narrowed before: not widened to the whole user by the restart
                     self.clients[principal] = tuple(sorted(narrowed))
+                self.extra[principal] = self.stepped(principal)  # the closed loop's step it stood at
         return rows
 
     def stepped(self, principal: str) -> list[tuple[Control, object]]:
-        """The controls pidquota holds for ``principal`` beyond its mechanism's own: a closed
-        loop's step (a client's quota; ACLs where the mechanism sets none)."""
-        base = {c for c, _ in self.mechanism.controls(principal)}
+        """The controls pidquota holds for ``principal`` beyond its mechanism's own (with the
+        client ids it narrowed to): a closed loop's step (a client's quota, ACLs where the
+        mechanism sets none, the whole user's plug-in throttle over a narrowed one)."""
+        base = {c for c, _ in self.mechanism.controls(principal, (), self.clients.get(principal, ()))}
         return [
             (c, e.ours)
             for c, e in sorted(self.entries.items(), key=lambda ce: ce[0].name)
             if e.principal == principal
-            and (isinstance(c, ClientQuotaKey) or (isinstance(c, AclBinding) and c not in base))
+            and c not in base
+            and isinstance(c, ClientQuotaKey | AclBinding | ThrottleKey)
         ]
 
     def relevel(self, principal: str, extra: list[tuple[Control, object]], note: str) -> list[Action]:
@@ -150,6 +154,8 @@ class Actuator:
                 rows.append(Action(now, principal, "undo", control.name, dry_run=True))
             elif control in self.entries:
                 rows.append(self._undo(self.entries[control], now))
+                if control in self.entries:  # failed: undone again at the next batch
+                    self.stale.setdefault(principal, set()).add(control)
             self.theirs.pop(control, None)
             ended.discard(control)  # a later step up may set it again
         for control, ours in extra:
@@ -190,7 +196,10 @@ class Actuator:
             rows += self._act(principal, until, now)
         for principal, until in todo.extend.items():
             rows += self._extend(principal, until, now)
-        if not self.dry_run:  # what an earlier batch could not set: tried again
+        for principal in set(self.clients) - set(self.acted):
+            del self.clients[principal]  # throttled but not acted on (allow-list, capped): nothing held
+        if not self.dry_run:  # what an earlier batch could not set, or undo: tried again
+            rows += self._unstale(now)
             for principal in sorted(set(self.acted) - set(todo.apply) - releasing):
                 rows += self._act(principal, self.acted[principal], now, missing_only=True)
         return rows
@@ -205,6 +214,20 @@ class Actuator:
         if principal in self.acted and had is not None:
             return had
         return tuple(sorted(set(flooding))) if 0 < len(set(flooding)) <= MOST_CLIENTS else ()
+
+    def _unstale(self, now: int) -> list[Action]:
+        """Undo again the controls of a step the closed loop left whose undo failed."""
+        rows = []
+        for principal, controls in list(self.stale.items()):
+            wanted = {c for c, _ in self._controls(principal)}
+            for control in sorted(controls, key=lambda c: c.name):
+                if control in self.entries and control not in wanted and self.fenced is None:
+                    rows.append(self._undo(self.entries[control], now))
+                if control not in self.entries or control in wanted:
+                    controls.discard(control)
+            if not controls:
+                del self.stale[principal]
+        return rows
 
     def held_addresses(self) -> dict[str, str]:
         """The addresses pidquota holds a control on now, with the principal it is for."""
@@ -313,6 +336,7 @@ class Actuator:
             self.addresses.pop(principal, None)
             self.extra.pop(principal, None)
             self.clients.pop(principal, None)
+            self.stale.pop(principal, None)
             self.ended.pop(principal, None)
             self.theirs = {c: p for c, p in self.theirs.items() if p != principal}
         return rows

@@ -130,7 +130,9 @@ def fits(control: Control, principal: str) -> bool:
     if isinstance(control, ThrottleKey):
         return control == ThrottleKey(principal)
     if isinstance(control, ClientThrottleKey):  # the plug-in's narrowed throttle
-        return control.principal == principal and control.client_id != ""
+        return (
+            control.principal == principal and isinstance(control.client_id, str) and control.client_id != ""
+        )
     if isinstance(control, ClientQuotaKey):  # the closed loop's step (actuate/escalation.py)
         return control.user == name and control.key == "request_percentage" and control.client_id != ""
     return control in {binding for binding, _ in deny_writes().controls(principal)}
@@ -164,7 +166,7 @@ _KINDS = {
     "throttle": ThrottleKey,
     "client-throttle": ClientThrottleKey,
 }
-_MAY_BE_NONE = {"client_id"}  # a (user, client-id) quota's None: the user's <default> client
+_MAY_BE_NONE = {ClientQuotaKey: {"client_id"}}  # a (user, client-id) quota's None: its <default> client
 
 
 def _kind(control: Control) -> str:
@@ -179,7 +181,7 @@ def _control(spec) -> Control:
     names = {f.name for f in fields(kind)}
     args = {k: v for k, v in spec.items() if k != "kind"}
     if set(args) != names or not all(
-        isinstance(v, str) or (v is None and k in _MAY_BE_NONE) for k, v in args.items()
+        isinstance(v, str) or (v is None and k in _MAY_BE_NONE.get(kind, ())) for k, v in args.items()
     ):
         raise ForeignRecord(
             f"control {jsontext.brief(spec, 80)} does not have the fields of a {spec['kind']}"
@@ -207,17 +209,18 @@ class Journal:
         self._stale = False  # a claimed write failed: the next write re-claims, if still the owner
         self._fenced: JournalFenced | None = None  # final: every later write raises it
         self._run = uuid.uuid4().hex  # this run, in the owner record its claim writes
+        self._role = "run"  # or "lift" (pidquota actuator lift), in the owner record
 
     @property
     def owner_id(self) -> str:
         return f"pidquota-journal-{self.topic}"
 
-    def claim(self) -> None:
+    def claim(self, role: str = "run") -> None:
         """Become the journal's one writer: fences every earlier writer of this journal, and
         commits an owner record naming this run (what a re-claim checks: :meth:`_reclaim`).
         A claim that fails leaves the journal unclaimed: its next write claims again first."""
         self.close()
-        self._owned = True
+        self._owned, self._role = True, role
         producer = None
         try:
             producer = kafka_store.producer(
@@ -240,18 +243,19 @@ class Journal:
             ) from None
         self._producer, self._claimed, self._stale = producer, True, False
         try:
-            self._send(OWNER_KEY, json.dumps(self._owner_record()).encode())
+            self._send(OWNER_KEY, json.dumps(self._owner_record(role)).encode())
         except JournalFenced:
             raise
         except JournalError as exc:  # a claim without its owner record would read as fenced later
             self.close()
             raise JournalError(f"cannot claim the journal topic {self.topic!r}: {exc}") from None
 
-    def _owner_record(self) -> dict:
-        """Who claims: this run, when, and its host and process (``status`` asks whether it is
-        still going)."""
+    def _owner_record(self, role: str = "run") -> dict:
+        """Who claims: this run (``role`` run, or lift), when, and its host and process
+        (``status`` asks whether it is still going)."""
         return {
             "run": self._run,
+            "role": role,
             "at_ms": int(time.time() * 1000),
             "host": socket.gethostname(),
             "pid": os.getpid(),
@@ -286,7 +290,7 @@ class Journal:
         owner = self.owner()
         if (owner or {}).get("run") != self._run:
             raise self._fence()
-        self.claim()
+        self.claim(self._role)  # as the first claim did
 
     def _fence(self) -> JournalFenced:
         """Fenced for good: the producer is closed, and every later write raises the same."""

@@ -114,15 +114,24 @@ def deny_writes() -> Mechanism:
     return Mechanism("deny-writes", controls)
 
 
+MAX_CLIENT = 4096  # the longest client id (UTF-16 code units) the plug-in takes in a key
+
+
+def _narrowed(principal: str, clients: tuple[str, ...]) -> list[tuple[Control, object]]:
+    """The plug-in's throttles of ``clients`` of the principal; the whole principal when one of
+    them is longer than the plug-in takes (it would skip the record, and refuse nothing)."""
+    if any(len(c.encode("utf-16-le")) // 2 > MAX_CLIENT for c in clients):
+        return [(ThrottleKey(principal), True)]
+    return [(ClientThrottleKey(principal, c), True) for c in sorted(set(clients))]
+
+
 def broker_plugin(narrow: bool = False) -> Mechanism:
     """The plug-in's throttle of the principal; with ``narrow``, of its flooding client ids
     alone when they are known (``ClientThrottleKey``)."""
     return Mechanism(
         "broker-plugin",
         lambda p, _: [(ThrottleKey(p), True)],
-        (lambda p, clients: [(ClientThrottleKey(p, c), True) for c in sorted(set(clients))])
-        if narrow
-        else None,
+        _narrowed if narrow else None,
     )
 
 

@@ -1,7 +1,8 @@
 """The broker plug-in's state topic, as pidquota writes it (``plugin/``, docs/broker-plugin.md):
 one partition, compacted; ``t:User:NAME`` = the end of its throttle (wall-clock ms), a
 tombstone to end it; ``c:N:CLIENTUser:NAME`` the same for one client id of it (N the id's
-length in characters: any id reads unambiguously), the narrowed throttle; ``h`` = ``AT_MS MAX_AGE_MS``, the heartbeat without which every broker's
+length in UTF-16 code units, as Java counts it: any id reads unambiguously), the narrowed
+throttle; ``h`` = ``AT_MS MAX_AGE_MS``, the heartbeat without which every broker's
 plug-in refuses nothing (fail open).
 
 The actuator's ``broker-plugin`` mechanism holds one control per principal,
@@ -36,7 +37,12 @@ def throttle_key(principal: str, client_id: str | None = None) -> bytes:
     """The state topic's key of a principal's throttle, or of one client id's of it."""
     if client_id is None:
         return f"{THROTTLE}{principal}".encode()
-    return f"{CLIENT}{len(client_id)}:{client_id}{principal}".encode()
+    return f"{CLIENT}{utf16_length(client_id)}:{client_id}{principal}".encode()
+
+
+def utf16_length(text: str) -> int:
+    """``text``'s length as Java counts it (UTF-16 code units), as the plug-in reads the key."""
+    return len(text.encode("utf-16-le")) // 2
 
 
 CAP_MS = 24 * 3600 * 1000

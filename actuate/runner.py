@@ -54,6 +54,7 @@ CONNECTIONS = "request-quota+connection-rate"  # the mechanism that also acts on
 PLUGIN = "broker-plugin"  # the mechanism that writes the broker plug-in's state topic
 AUTO = "auto"  # the plug-in where every broker runs it, else CONNECTIONS
 STOCK = ("request-quota", CONNECTIONS)  # the mechanisms the closed loop steps up
+MAX_COUNTED = 1_000  # client ids counted per principal (a loop can make a new id per producer)
 
 
 def throttled_until(rows: Iterable[Mapping], window_ms: int, now_ms: int) -> dict[str, int]:
@@ -180,6 +181,16 @@ class BatchActuator:
         # the plug-in refuses only the flooding client ids of a user, when they are known
         self.narrowing = self.mechanism == PLUGIN and config["pidquota.actuator.plugin.narrow"]
         stepped = self.mechanism in STOCK or self.narrowing  # the plug-in's step: the whole user
+        low, first = (
+            config["pidquota.actuator.escalation.request.percentage"],
+            config["pidquota.actuator.request.percentage"],
+        )
+        if config["pidquota.actuator.escalation"] and self.mechanism in STOCK and low >= first:
+            raise ConfigError(
+                f"pidquota.actuator.escalation.request.percentage = {low:g} is not below "
+                f"pidquota.actuator.request.percentage = {first:g}: the closed loop's step would loosen "
+                "the user's quota; set it lower, or pidquota.actuator.escalation=false"
+            )
         if config["pidquota.actuator.escalation"] and stepped and not self.dry_run:
             self.loop = Escalation(1, self.window_ms, config["pidquota.actuator.escalation.settle.ms"])
         self.by_client = self.loop is not None or self.narrowing
@@ -218,7 +229,7 @@ class BatchActuator:
         if self.mechanism == PLUGIN:  # the plug-in's topic, then the heartbeat that makes the brokers obey it
             state.ensure(self.actuator.journal.principal)
             state.start_heartbeat(self.heartbeat_ms)
-        if self.loop is not None and self.deny_asked:
+        if self.loop is not None and self.deny_asked and self.mechanism in STOCK:
             self.deny = self._deny_allowed()
             self.loop.steps = 2 if self.deny else 1
         rows = self.actuator.reconcile()
@@ -262,6 +273,9 @@ class BatchActuator:
         for principal, client, count in clients:  # each throttled principal's flooding client ids
             if client and (principal in throttled or principal in self.actuator.acted):
                 self.floods.setdefault(principal, Counter())[client] += int(count)
+        for principal, counts in self.floods.items():  # a loop of a new id per producer: bounded
+            if len(counts) > MAX_COUNTED:
+                self.floods[principal] = Counter(dict(counts.most_common(MAX_COUNTED // 2)))
         if self.narrowing:
             narrow = {p: self._flooding(p) for p in throttled if p not in self.actuator.acted}
             rows = self.actuator(throttled, clients=narrow)
@@ -285,6 +299,7 @@ class BatchActuator:
         for principal in set(self.loop.at) - set(acted):
             self.loop.forget(principal)
             self.floods.pop(principal, None)
+            self._no_deny.discard(principal)
         for principal in acted:
             self.loop.seed(principal, _level(self.actuator.extra.get(principal, [])), now)
         for row in metrics_rows:
@@ -293,7 +308,7 @@ class BatchActuator:
                 new = (finite(row.get("admitted")) or 0) + (finite(row.get("throttled")) or 0)
                 self.loop.observe(principal, int(new), finite(row.get("quota")), now)
         rows = []
-        for principal in sorted(acted):
+        for principal in sorted(p for p, until in acted.items() if until > now):  # not one being let go
             before = self.loop.level(principal)
             verdict = self.loop.judge(principal, now)
             if verdict is None:

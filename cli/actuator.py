@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     act = BatchActuator(config, options)
     try:
         if args.action == "lift":
-            act.actuator.journal.claim()  # the journal is lift's now: a run still going acts no more
+            act.actuator.journal.claim("lift")  # the journal is lift's now: a run still going acts no more
             rows = act.actuator.lift_journal()
             for row in rows:
                 print(describe(row))
@@ -81,6 +81,8 @@ def holder(owner: dict | None) -> str:
         return f"pidquota: the run that set them is not known; if none is going, {UNTIL}"
     pid, host = owner["pid"], str(owner.get("host") or "?")
     since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(owner.get("at_ms") or 0) / 1000))
+    if owner.get("role") == "lift":  # a lift that left some: it ends when it is done
+        return f"pidquota: the last to claim the journal was `pidquota actuator lift` (pid {pid} on {host}, since {since}): {UNTIL}"
     if host != socket.gethostname():
         return (
             f"pidquota: held by the run of pid {pid} on {host} (since {since}): it undoes each control when "

@@ -81,6 +81,11 @@ CRAFTED = {
     "a client quota's other key": _body(
         control={"kind": "client-quota", "user": "crash", "client_id": None, "key": "producer_byte_rate"}
     ),
+    "a client throttle without a client id": _body(
+        control={"kind": "client-throttle", "principal": "User:crash", "client_id": None},
+        before=False,
+        ours=True,
+    ),
     "a client quota without a user": _body(
         control={"kind": "client-quota", "user": None, "client_id": "loop", "key": "request_percentage"}
     ),

@@ -52,3 +52,40 @@ def test_a_restart_keeps_a_narrowed_throttle_narrowed():
     assert [r.action for r in again.reconcile()] == ["keep"]
     assert again({USER: NOW + 5_000}) == []  # its retry sets nothing more: not the whole user
     assert _held(cluster) == {ClientThrottleKey(USER, "loop")}
+
+
+def test_a_restart_keeps_the_closed_loops_whole_user_step_over_a_narrowed_throttle():
+    cluster = Cluster()
+    journal = FakeJournal(cluster)
+    act = _actuator(cluster, journal)
+    act({USER: NOW + 5_000}, clients={USER: ("loop",)})
+    [row] = act.relevel(USER, [(ThrottleKey(USER), True)], "closed loop: step 1 of 1")
+    assert row.action == "apply" and _held(cluster) == {ClientThrottleKey(USER, "loop"), ThrottleKey(USER)}
+    again = _actuator(cluster, journal)
+    again.reconcile()
+    assert again.clients[USER] == ("loop",) and again.extra[USER] == [(ThrottleKey(USER), True)]
+    [down] = again.relevel(USER, [], "closed loop: step 0 of 1")  # the step it found can be left
+    assert down.action == "undo" and _held(cluster) == {ClientThrottleKey(USER, "loop")}
+
+
+def test_a_step_left_whose_undo_failed_is_undone_at_the_next_batch():
+    cluster = Cluster()
+    act = _actuator(cluster, FakeJournal(cluster))
+    act({USER: NOW + 5_000}, clients={USER: ("loop",)})
+    act.relevel(USER, [(ThrottleKey(USER), True)], "step 1")
+    cluster.refuse = {ThrottleKey(USER)}
+    [failed] = act.relevel(USER, [], "step 0")
+    assert failed.action == "failed" and ThrottleKey(USER) in _held(cluster)
+    cluster.refuse = set()
+    rows = act({USER: NOW + 5_000})
+    assert [(r.action, r.control) for r in rows] == [("undo", "plug-in throttle for User:crash")]
+    assert _held(cluster) == {ClientThrottleKey(USER, "loop")} and act.stale == {}
+
+
+def test_a_client_id_the_plugin_would_not_take_throttles_the_whole_user_and_keys_count_as_java_does():
+    from pidquota.actuate.mechanisms import broker_plugin
+    from pidquota.actuate.plugin_state import throttle_key
+
+    assert throttle_key(USER, "\U0001f600a") == "c:3:\U0001f600aUser:crash".encode()  # UTF-16 units
+    too_long = "x" * 4097
+    assert broker_plugin(narrow=True).controls(USER, (), (too_long,)) == [(ThrottleKey(USER), True)]

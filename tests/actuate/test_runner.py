@@ -113,3 +113,21 @@ def test_a_wrong_actuator_setting_is_refused_naming_it(name, value, says):
     with pytest.raises(ConfigError, match=name.replace(".", r"\.")) as caught:
         load(None, {name: value})
     assert says in str(caught.value)
+
+
+def test_a_closed_loop_step_that_would_loosen_the_users_quota_is_refused_at_start():
+    config = _config(**{"pidquota.actuator.escalation.request.percentage": "1"})
+    with pytest.raises(
+        ConfigError,
+        match=r"escalation.request.percentage = 1 is not below pidquota.actuator.request.percentage = 1",
+    ):
+        BatchActuator(config, None)
+    assert BatchActuator(
+        _config(
+            **{
+                "pidquota.actuator.escalation": "false",
+                "pidquota.actuator.escalation.request.percentage": "1",
+            }
+        ),
+        None,
+    )

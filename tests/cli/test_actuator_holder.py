@@ -52,5 +52,10 @@ def test_a_run_on_another_host_or_an_unknown_one_says_what_undoes_them_if_it_is_
         "pidquota: held by the run of pid 4242 on broker-7.example (since 1970-01-01T00:00:00Z): it undoes "
         f"each control when its time is up, and all of them when it ends; if it is not running there, {UNTIL}"
     )
+    lift = {"run": "r", "role": "lift", "at_ms": 0, "host": "h", "pid": 7}  # a lift that left some
+    assert holder(lift) == (
+        f"pidquota: the last to claim the journal was `pidquota actuator lift` (pid 7 on h, since "
+        f"1970-01-01T00:00:00Z): {UNTIL}"
+    )
     for unknown in (None, {"run": "r", "at_ms": 1}):  # an owner record of an earlier version
         assert holder(unknown) == f"pidquota: the run that set them is not known; if none is going, {UNTIL}"

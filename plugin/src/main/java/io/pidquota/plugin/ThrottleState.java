@@ -15,8 +15,9 @@ import java.util.concurrent.ConcurrentHashMap;
  *   <li>{@code t:User:crash} = {@code 1767225660000}: refuse InitProducerId to {@code User:crash}
  *       until that time; its tombstone ends it at once.</li>
  *   <li>{@code c:4:loopUser:crash} = {@code 1767225660000}: the same, narrowed to the requests of
- *       client id {@code loop} (its length in chars, a colon, the id, then the principal: any
- *       client id reads unambiguously); the user's other client ids are served.</li>
+ *       client id {@code loop} (its length in UTF-16 code units, no leading zero, a colon, the
+ *       id, then the principal: any client id reads unambiguously); the user's other client ids
+ *       are served.</li>
  *   <li>{@code h} = {@code AT_MS MAX_AGE_MS}: pidquota's heartbeat. The set is obeyed only while
  *       {@code now - AT_MS <= MAX_AGE_MS}: a pidquota that is gone (or a state topic that stopped)
  *       refuses nothing after that (fail open).</li>
@@ -81,7 +82,8 @@ public final class ThrottleState {
     /** {@code N:CLIENTPRINCIPAL}: N the client id's length in chars. */
     private String client(String rest, String v) {
         int colon = rest.indexOf(':');
-        long n = colon > 0 && colon <= 4 ? number(rest.substring(0, colon)) : -1;
+        // no leading zero: one throttle has one key, whose tombstone ends it
+        long n = colon > 0 && colon <= 4 && rest.charAt(0) != '0' ? number(rest.substring(0, colon)) : -1;
         if (n < 1 || n > MAX_CLIENT || colon + 1 + n > rest.length()) {
             return "a client throttle's key must be c:LENGTH:CLIENT_IDPRINCIPAL, not " + shown(CLIENT + rest);
         }

@@ -33,13 +33,15 @@ class ThrottleStateTest {
         s.apply(b("h"), b("0 60000"));
         assertNull(s.apply(b("c:4:loopUser:crash"), b("99000")));
         assertNull(s.apply(b("c:3:a:bUser:crash"), b("99000")));  // a client id holding a colon
+        assertNull(s.apply(b("c:3:\uD83D\uDE00aUser:crash"), b("99000")));  // an emoji: 2 UTF-16 units
+        assertTrue(s.refuses("User:crash", "\uD83D\uDE00a", 1000));
         assertTrue(s.refuses("User:crash", "loop", 1000));
         assertTrue(s.refuses("User:crash", "a:b", 1000));
         assertFalse(s.refuses("User:crash", "deploy", 1000));  // its other applications are served
         assertFalse(s.refuses("User:crash", null, 1000));
         assertFalse(s.refuses("User:crash", 1000));
         assertFalse(s.refuses("User:other", "loop", 1000));
-        assertEquals(2, s.throttled(1000));
+        assertEquals(3, s.throttled(1000));
         assertNull(s.apply(b("c:4:loopUser:crash"), null));
         assertFalse(s.refuses("User:crash", "loop", 1000));
         assertNull(s.apply(b("t:User:crash"), b("99000")));  // the whole user: every client id
@@ -68,6 +70,7 @@ class ThrottleStateTest {
             {"t:User:a", "-5"}, {"t:User:a", "99999999999999999999"}, {"h", "now"}, {"h", "0 1"},
             {"switch", "maybe"}, {"other", "1"}, {"c:4:loopUser:*", "9"}, {"c:9:loopUser:a", "9"},
             {"c:0:User:a", "9"}, {"c:x:loopUser:a", "9"}, {"c:", "9"}, {"c:4:loop", "9"}, {"c:00004:loopUser:a", "9"},
+            {"c:04:loopUser:a", "9"},
         };
         for (String[] kv : bad) {
             assertNotNull(s.apply(b(kv[0]), b(kv[1])), kv[0] + "=" + kv[1]);
