@@ -813,7 +813,8 @@ SETTINGS: tuple[Setting, ...] = (
         "for any client, a cheap librdkafka loop too.",
         "request_percentage of the closed loop's first step, set on each of the user's flooding "
         "client ids as a (user, client-id) quota, which Kafka puts before the user's own: its "
-        "other applications keep the user's quota.",
+        "other applications keep the user's quota. Below pidquota.actuator.request.percentage "
+        "(checked at start: a higher one would loosen the user's quota).",
         min=0.01,
         max=10000,
     ),
