@@ -182,7 +182,7 @@ class Actuator:
         for principal, seen in (addresses or {}).items():  # its newest own addresses now
             self.addresses[principal] = tuple(a for a in seen if a not in shared)
         for principal, flooding in (clients or {}).items():  # picked once, at the first action
-            self.clients[principal] = self._widened(principal, flooding)
+            self.clients[principal] = self._picked(principal, flooding)
         todo = plan(throttled, self.acted, now, self.rails)
         releasing = set(todo.undo)  # its controls go, and none comes back: they live and die together
         for principal in todo.undo:
@@ -204,7 +204,7 @@ class Actuator:
                 rows += self._act(principal, self.acted[principal], now, missing_only=True)
         return rows
 
-    def _widened(self, principal: str, flooding: tuple[str, ...]) -> tuple[str, ...]:
+    def _picked(self, principal: str, flooding: tuple[str, ...]) -> tuple[str, ...]:
         """The client ids a narrowing mechanism acts on for ``principal``: picked when it is
         first acted on (none, the whole principal, when unknown or more than ``MOST_CLIENTS``)
         and kept while it is; the closed loop, not a new pick, decides whether the narrowed

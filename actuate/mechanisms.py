@@ -117,10 +117,15 @@ def deny_writes() -> Mechanism:
 MAX_CLIENT = 4096  # the longest client id (UTF-16 code units) the plug-in takes in a key
 
 
+def utf16_length(text: str) -> int:
+    """``text``'s length as Java counts it (UTF-16 code units), as the plug-in reads its keys."""
+    return len(text.encode("utf-16-le")) // 2
+
+
 def _narrowed(principal: str, clients: tuple[str, ...]) -> list[tuple[Control, object]]:
     """The plug-in's throttles of ``clients`` of the principal; the whole principal when one of
     them is longer than the plug-in takes (it would skip the record, and refuse nothing)."""
-    if any(len(c.encode("utf-16-le")) // 2 > MAX_CLIENT for c in clients):
+    if any(utf16_length(c) > MAX_CLIENT for c in clients):
         return [(ThrottleKey(principal), True)]
     return [(ClientThrottleKey(principal, c), True) for c in sorted(set(clients))]
 

@@ -25,6 +25,7 @@ import time
 
 from pidquota.actuate.controls import ControlError
 from pidquota.actuate.journal import ensure_compacted, topic_bindings
+from pidquota.actuate.mechanisms import utf16_length
 from pidquota.conf.errors import PidquotaError
 from pidquota.store import kafka as kafka_store
 
@@ -38,11 +39,6 @@ def throttle_key(principal: str, client_id: str | None = None) -> bytes:
     if client_id is None:
         return f"{THROTTLE}{principal}".encode()
     return f"{CLIENT}{utf16_length(client_id)}:{client_id}{principal}".encode()
-
-
-def utf16_length(text: str) -> int:
-    """``text``'s length as Java counts it (UTF-16 code units), as the plug-in reads the key."""
-    return len(text.encode("utf-16-le")) // 2
 
 
 CAP_MS = 24 * 3600 * 1000
