@@ -170,7 +170,7 @@ class Loop:
         self.thread.start()
 
     def _run(self) -> None:
-        from pidquota.streaming.request_log import connection_ends
+        from pidquota.formats.request_log import connection_ends
 
         tick = int(time.time()) + 1
         while not self.stop_flag.wait(max(0.0, tick - time.time())):
@@ -386,7 +386,7 @@ def granted(log: Path, since: float, until: float, book: AddressBook | None = No
     """PIDs granted per client id between two wall-clock times (s), from the request log;
     each grant's (principal, client address) goes to ``book`` too, the offender's as
     throttled (what a run's decisions would tell the actuator)."""
-    from pidquota.streaming.request_log import connection_ends
+    from pidquota.formats.request_log import connection_ends
 
     out: Counter = Counter()
     # the log rolls every hour (docker/kafka/log4j*.properties): the rolled files too, oldest first

@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks.broker import start_kafka
 from pidquota.conf.loader import load
+from pidquota.formats.record_batches import AuditScreen
 from pidquota.quota import StaticQuotas
 from pidquota.store.owners import Owners
-from pidquota.streaming.log_audit import AuditScreen
-from pidquota.streaming.sources.kafka.records import batch_headers, walk
+from pidquota.streaming.sources.kafka.records import ARROW, batch_headers, walk
 from pidquota.traffic.generator import TrafficGenerator
 
 T0 = 1_767_225_600_000
@@ -63,7 +63,7 @@ def _with_topic(headers):
 
 def headers_alone(n: int, records: int) -> None:
     data = _batches(n, records)
-    screen = AuditScreen(Owners({"orders": "User:a"}))
+    screen = AuditScreen(Owners({"orders": "User:a"}), ARROW)
     list(screen.screen(_with_topic(batch_headers(walk(_batches(100, records), 0, 10**9)))))  # warm: imports
     start = time.perf_counter()
     walked = walk(data, 0, n * records)  # as the source's read does, for the next offset

@@ -10,7 +10,7 @@ FETCH and METADATA lines per produce request). Then, side by side in one run:
 
 1. **The screen alone**, on one core, no Spark: request-log lines/s through
    ``RequestLogScreen`` (noise thrown away before any JSON parse, inits parsed), and
-   JSON events/s through the event screen (``streaming/screen.py``).
+   JSON events/s through the event screen (``formats/events.py``).
 2. **The enforcer**, ``run --once`` in one SparkSession: each input read by pidquota's file
    source and decided, lines/s and events/s. The log's decisions are compared with those
    of the JSON events of its inits alone: the request log sees one init per PID, where the
@@ -32,9 +32,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from pidquota.conf.loader import load
+from pidquota.formats.events import Screen
+from pidquota.formats.request_log import Options, RequestLogScreen
 from pidquota.quota import StaticQuotas
-from pidquota.streaming.request_log import Options, RequestLogScreen
-from pidquota.streaming.screen import Screen
 from pidquota.streaming.sources.files import read_lines
 from pidquota.traffic.generator import TrafficGenerator
 from pidquota.traffic.request_log import RequestLog

@@ -11,7 +11,7 @@ prints events/s of:
 - **read**: pidquota's file source into a noop sink (the read ceiling);
 - **parse, strict**: every line through Spark's strict VARIANT parse, noop sink
   (the parse before the screen);
-- **parse**: the screen (streaming/screen.py) plus the strict parse of what
+- **parse**: the screen (formats/events.py) plus the strict parse of what
   it leaves, folded, noop sink;
 - **native**: what a Spark user would write instead: typed ``from_json``, a
   watermark, ``approx_count_distinct(producer_id)`` per principal over

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from pidquota.conf import formats as registry
 from pidquota.conf.errors import ConfigError
 from pidquota.conf.loader import Config, load, parse_overrides
 from pidquota.store.client import connect_config
@@ -29,15 +30,17 @@ def add_input_flags(p, follow: bool = False) -> None:
     """``--input-format`` (and ``--follow``/``--no-follow`` for a long-running input)."""
     p.add_argument(
         "--input-format",
-        choices=("events", "kafka-request-log", "record-batches"),
-        help="what the input is: pidquota's JSON events, brokers' request-log lines, or (Kafka only) "
-        "the record batch headers of data topics, the log audit (default: pidquota.input.format, events)",
+        choices=registry.names(),
+        help=f"what the input is: {registry.described().replace('`', '')} "
+        f"(default: pidquota.input.format, {registry.DEFAULT})",
     )
     if follow:
         p.add_argument(
             "--follow",
             action=argparse.BooleanOptionalAction,
-            help="read the new lines of growing files, as tail -F does (default: on for kafka-request-log)",
+            help="read the new lines of growing files, as tail -F does (default: on for "
+            + ", ".join(e.name for e in registry.FORMATS if e.follow)
+            + ")",
         )
 
 

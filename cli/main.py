@@ -1,6 +1,7 @@
 """``pidquota``: the command line's entry (the console script, ``python -m pidquota`` and
 spark-submit's entry script). One module per command: ``pidquota.cli.run``, ``.package``,
-``.recommend``, ``.report``, ``.generate``, ``.blocks``, ``.configs``, ``.status``, ``.actuator``."""
+``.recommend``, ``.report``, ``.generate``, ``.blocks``, ``.configs``, ``.status``, ``.actuator``,
+``.formats``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pidquota.cli import (
     blocks,
     clients,
     configs,
+    formats,
     generate,
     logs,
     package,
@@ -23,7 +25,7 @@ from pidquota.cli import (
 from pidquota.conf.errors import PidquotaError
 
 # Every command, in the order --help lists them; each module has add_parser(sub) and run(args).
-COMMANDS = (run, package, recommend, report, generate, clients, blocks, configs, status, actuator)
+COMMANDS = (run, package, recommend, report, generate, clients, blocks, configs, status, actuator, formats)
 
 
 DESCRIPTION = """Cluster-wide producer-ID quotas for Apache Kafka (KIP-936's producer_ids_rate),

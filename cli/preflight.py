@@ -66,11 +66,11 @@ def check_local_checkpoint(checkpoint: str, file_input: bool) -> None:
 
 def check_input(source: Source, fmt: str | None = None) -> None:
     """A file input that is not there, or not readable, fails now rather than inside Spark;
-    with ``fmt``, so does one whose files that format cannot read (``streaming/sources/sniff.py``)."""
+    with ``fmt``, so does one whose files that format cannot read (``formats/recognise.py``)."""
     if source.kind == "file":
+        from pidquota.formats.recognise import check_files
         from pidquota.streaming.sources.listing import check_input as check_file
         from pidquota.streaming.sources.listing import scan
-        from pidquota.streaming.sources.sniff import check_files
 
         check_file(source.shown)
         if fmt is not None:

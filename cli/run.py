@@ -11,16 +11,18 @@ import shutil
 import subprocess
 import sys
 
+import pidquota.formats as formats
 from pidquota.cli import checkpoints, run_plan
 from pidquota.cli.common import add_config_flags, add_input_flags
 from pidquota.cli.signals import Signals, wait
+from pidquota.conf import formats as registry
 from pidquota.conf.durations import EXAMPLES, parse_duration_ms
 from pidquota.conf.errors import InputError, PidquotaError
 from pidquota.conf.paths import local_path
 from pidquota.conf.settings import memory_kib
 from pidquota.quota import QuotaSettings
 from pidquota.store.kafka import KafkaUrl
-from pidquota.streaming.columns import ANONYMOUS, NOT_A_REQUEST
+from pidquota.streaming.columns import ANONYMOUS
 
 DEMO_SPEED = 60.0
 
@@ -353,12 +355,7 @@ def _say_end(args: argparse.Namespace, plan: run_plan.Plan, totals, summary) -> 
         print(f"pidquota: this run's users{shadow}:\n" + summary.render())
     elif totals.batches:
         print(f"pidquota: who was throttled{shadow}: pidquota report {args.output}")
-    if totals.skipped and set(totals.skipped) == {NOT_A_REQUEST} and not totals.rows["decisions"]:
-        print(
-            f"pidquota: warning: none of the {totals.skipped[NOT_A_REQUEST]:,} lines read is a Kafka request-log "
-            "line; is --input-format right? (JSON events are --input-format events)",
-            file=sys.stderr,
-        )
+    _foreign_warning(plan.config, totals)
     if totals.anonymous:
         print(
             f"pidquota: warning: {totals.anonymous:,} decisions are for {ANONYMOUS}: Kafka names every client "
@@ -426,12 +423,28 @@ def _table(args: argparse.Namespace, config):
     return UserTable(window_ms, shadow=shadow, max_rows=None if args.input is None else TABLE_ROWS)
 
 
+def _foreign_warning(config, totals) -> None:
+    """After a run whose lines were all skipped as none of the format's (the request log's
+    ``not-a-request``) and that decided nothing: the format is likely wrong."""
+    if not totals.skipped or totals.rows["decisions"]:
+        return
+    fmt = formats.get(config["pidquota.input.format"])
+    if not fmt.foreign or set(totals.skipped) != {fmt.foreign}:
+        return
+    default = registry.entry(registry.DEFAULT)
+    print(
+        f"pidquota: warning: none of the {totals.skipped[fmt.foreign]:,} lines read is one of the "
+        f"{fmt.entry.noun}; is --input-format right? ({default.noun} are --input-format {default.name})",
+        file=sys.stderr,
+    )
+
+
 def _format_guard(plan: run_plan.Plan):
     """The run's first records in the other format stop it in one line (a file input's files
     are sniffed before they are read; a topic's records only as they come)."""
     if plan.demo:
         return None
-    from pidquota.streaming.sources.sniff import FormatGuard
+    from pidquota.formats.recognise import FormatGuard
 
     return FormatGuard(plan.config["pidquota.input.format"], plan.reads.describe())
 

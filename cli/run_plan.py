@@ -11,8 +11,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pidquota.formats as formats
 from pidquota.cli import checkpoints, output_folder, preflight
 from pidquota.cli.common import input_overrides
+from pidquota.conf import formats as registry
 from pidquota.conf.durations import parse_duration_ms
 from pidquota.conf.errors import ConfigError, PidquotaError
 from pidquota.conf.loader import load, parse_overrides
@@ -113,11 +115,12 @@ def actuator_shown(config, act) -> str:
     mechanism = act.mechanism
     if mechanism.startswith("request-quota"):
         parts = [f"request_percentage {config['pidquota.actuator.request.percentage']:g}"]
-        if mechanism != "request-quota" and config["pidquota.input.format"] == "kafka-request-log":
+        fmt = registry.entry(config["pidquota.input.format"])
+        if mechanism != "request-quota" and "client_address" in fmt.clients:
             rate = config["pidquota.actuator.connection.rate"]
             parts.append(f"connection_creation_rate {rate:g} on each client address a user has to itself")
         elif mechanism != "request-quota":
-            parts.append("no connection rate: only the request log names the clients' addresses")
+            parts.append(f"no connection rate: {fmt.name} names no client's address")
         mechanism += f" ({'; '.join(parts)})"
     elif mechanism == "broker-plugin":
         mechanism += (
@@ -180,15 +183,13 @@ def _start_up_checks(
     preflight.check_input(reads)
     if reads.kind == "file":
         preflight.check_output_outside(args.input, out)
-    if config["pidquota.input.format"] == "record-batches":
-        if reads.kind != "kafka":
-            raise ConfigError(
-                f"--input-format record-batches reads the record batches of Kafka topics, not {reads.describe()}; "
-                "give --input kafka://HOST[:PORT]/TOPIC[,TOPIC...] (a * matches topics)"
-            )
-        from pidquota.store.owners import load_owners
-
-        load_owners(config)  # a missing or broken owners file, or Redis down: one line now
+    fmt = registry.entry(config["pidquota.input.format"])
+    why = fmt.refuses("file" if reads.kind == "demo" else reads.kind, reads.describe())  # the demo: lines
+    if why:
+        raise ConfigError(why)
+    formats.get(fmt.name).options(
+        config
+    )  # the format's own settings (the audit's owners, Redis): one line now
     if reads.kind == "kafka":
         preflight.check_kafka(KafkaUrl.parse(args.input), config)
     preflight.check_local_checkpoint(checkpoint, reads.kind == "file")
@@ -279,19 +280,6 @@ def _exporter(config, demo: bool):
     return exporter
 
 
-def _owners_shown(config) -> str:
-    """The log audit's topic owners, for the banner: who each topic's PIDs count for."""
-    if config["pidquota.input.format"] != "record-batches":
-        return ""
-    from pidquota.store.owners import load_owners
-
-    mapping = load_owners(config).mapping
-    shown = ", ".join(f"{t} -> {p}" for t, p in sorted(mapping.items())[:6]) + (
-        " ..." if len(mapping) > 6 else ""
-    )
-    return f" (owners: {shown or 'none'}; a topic nobody owns is Topic:<name>)"
-
-
 def banner(args: argparse.Namespace, config, checkpoint: str, speed: float, replay_ms=None) -> str:
     """What the run does, where it writes, and whether it resumes a checkpoint."""
     quotas = _quotas_shown(args, config)
@@ -301,8 +289,8 @@ def banner(args: argparse.Namespace, config, checkpoint: str, speed: float, repl
         start = f"checkpoint {checkpoint}"
     what = f"demo at {speed:g}x event time" if args.input is None else f"reading {args.input}"
     fmt = config["pidquota.input.format"]
-    if args.input is not None and fmt != "events":
-        what += f" as {fmt}" + _owners_shown(config)
+    if args.input is not None and fmt != registry.DEFAULT:
+        what += f" as {fmt}" + formats.get(fmt).said(config)
     until = "until all of it is read" if args.once else "Ctrl-C to stop"
     mode = "SHADOW (nothing published as throttled), " if config["pidquota.mode"] == "shadow" else ""
     if replay_ms is not None:

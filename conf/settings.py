@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pidquota.conf import formats
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -210,12 +212,9 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "events",
         "pidquota's own JSON event is what the demo, the generator and every earlier run read.",
-        "What the input is: `events` (one JSON event per line), `kafka-request-log` "
-        "(brokers' request-log lines with kafka.request.logger at DEBUG, raw or in a log "
-        "shipper's JSON), or `record-batches` (the log audit: the record batch headers of "
-        "data topics, no broker change; Kafka inputs only). docs/real-cluster.md. Same as "
-        "--input-format.",
-        choices=("events", "kafka-request-log", "record-batches"),
+        f"What the input is: {formats.described()}. docs/real-cluster.md; `pidquota formats` "
+        "lists them. Same as --input-format.",
+        choices=formats.names(),
     ),
     Setting(
         "pidquota.audit.owners",
@@ -232,7 +231,8 @@ SETTINGS: tuple[Setting, ...] = (
         "auto",
         "A broker appends to its live request log and rolls it hourly; event files are written once.",
         "Follow growing files: read new whole lines as they are appended, know a rolled "
-        "(renamed) file as the same stream. auto: on for kafka-request-log, off for events. "
+        f"(renamed) file as the same stream. auto: as the format says (on for "
+        f"{', '.join(e.name for e in formats.FORMATS if e.follow)}, off for the others). "
         "Same as --follow / --no-follow.",
         choices=("auto", "true", "false"),
     ),

@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+import pidquota.formats as formats
 from pidquota.conf.errors import ConfigError
 from pidquota.quota.user_state import UserState, finite
-from pidquota.streaming.columns import NOT_A_REQUEST
 from pidquota.streaming.reasons import REASON_CLASSES, reason_class
 
 OTHER = "_other"
@@ -186,7 +186,9 @@ class Exporter:
             ["what"],
             registry=reg,
         )
-        self.skipped.labels(NOT_A_REQUEST)  # shows at 0 until input is skipped
+        for fmt in formats.every():  # a format's lines of another kind show at 0 until input is skipped
+            if fmt.foreign:
+                self.skipped.labels(fmt.foreign)
         self.dead = Counter("pidquota_dead_letters", "Dead letters by reason class", ["reason"], registry=reg)
         for reason in REASON_CLASSES:
             self.dead.labels(reason)  # every class shows, at 0 until it happens

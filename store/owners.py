@@ -1,4 +1,4 @@
-"""Who owns a topic, for the log audit (``streaming/log_audit.py``): the record batches
+"""Who owns a topic, for the log audit (``formats/record_batches.py``): the record batches
 carry no principal, so a topic (or a prefix) is mapped to one. Kept in a JSON file or in
 the Redis hash ``{PREFIX}:topic-owners`` (``pidquota.audit.owners``).
 """

@@ -4,24 +4,11 @@ schemas built from them are in ``pidquota.streaming.schema``)."""
 
 from __future__ import annotations
 
+from pidquota.formats.folded import KIND_DEAD
 from pidquota.quota.client import COLUMNS as CLIENT_FIELDS
 
-KIND_EVENT, KIND_DEAD = "E", "D"  # what parsing made of a record
 KIND_DECISION, KIND_METRIC = "decision", "metric"  # rows coming out of the operator
 KIND_SKIPPED = "skipped"  # input lines of no interest, counted per kind (the request log's other API keys)
-
-# What parsing yields: valid events, and dead letters with raw text, reason and source.
-PARSED_COLUMNS = (
-    "kind",
-    "principal",
-    "producer_id",
-    "producer_epoch",
-    "timestamp",
-    "client",
-    "raw",
-    "reason",
-    "source",
-)
 
 # The stateful operator's input is folded per principal (streaming/compact.py). A
 # dead letter is the group with the empty principal (a valid principal is never
@@ -97,7 +84,6 @@ ACTION_COLUMNS = (
     "note",
     "batch_id",
 )
-NOT_A_REQUEST = "not-a-request"  # skipped: a line that is no request-log line (streaming/request_log.py)
 # The principal Kafka gives every client of a listener that authenticates no one (PLAINTEXT, or
 # SSL without client certificates): one quota would cover all of them.
 ANONYMOUS = "User:ANONYMOUS"

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pidquota.formats.folded import fold
 from pidquota.streaming.columns import DEAD_PRINCIPAL
-from pidquota.streaming.screen import fold
 
 COMPACT_SCHEMA = (
     "principal string, producer_ids array<long>, timestamps array<long>, epochs array<int>, "

@@ -83,7 +83,7 @@ def dead_letters(pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
 
 
 def unfold(pdf: pd.DataFrame) -> dict[str, tuple]:
-    """Rows of (principal, arrays of sightings) (streaming/compact.py, streaming/screen.py)
+    """Rows of (principal, arrays of sightings) (streaming/compact.py, formats/events.py)
     back to one entry per sighting, per principal: timestamps, producer ids, epochs, and
     its PIDs' clients (sorted PIDs and their joined identities, or None: no client named)."""
     lengths = pdf["timestamps"].map(len).to_numpy(dtype=np.int64)

@@ -10,19 +10,20 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming.state import GroupStateTimeout
 
+import pidquota.formats as formats
+from pidquota.conf import formats as registry
 from pidquota.conf.errors import ConfigError
 from pidquota.conf.loader import Config
 from pidquota.conf.paths import local_path
+from pidquota.formats.folded import FOLDED, KIND_DEAD, KIND_EVENT
+from pidquota.formats.folded import OPTION as SCREEN_OPTION
 from pidquota.quota import QuotaSettings, QuotaSource
 from pidquota.store.kafka import security_options
 from pidquota.streaming import stopping
-from pidquota.streaming.columns import DEAD_PRINCIPAL, KIND_DEAD, KIND_EVENT
+from pidquota.streaming.columns import DEAD_PRINCIPAL
 from pidquota.streaming.compact import COMPACT_SCHEMA, compact
 from pidquota.streaming.operator import make_state_function
-from pidquota.streaming.parse import parse_events
 from pidquota.streaming.schema import OPERATOR_SCHEMA, STATE_SCHEMA
-from pidquota.streaming.screen import FOLDED, Screen
-from pidquota.streaming.screen import OPTION as SCREEN_OPTION
 
 COMPACT_COLUMNS = ("principal", "producer_ids", "timestamps", "epochs", "client_pids", "clients", "dead")
 
@@ -35,19 +36,9 @@ COMPACT_COLUMNS = ("principal", "producer_ids", "timestamps", "epochs", "client_
 
 
 def input_format(config: Config) -> dict[str, str]:
-    """The sources' options for ``pidquota.input.format``: none for JSON events, the
-    request log's settings for ``kafka-request-log`` (``streaming/request_log.py``)."""
-    from pidquota.streaming import log_audit
-    from pidquota.streaming.request_log import FORMAT, Options
-
-    fmt = config["pidquota.input.format"]
-    if fmt == log_audit.FORMAT:
-        from pidquota.store.owners import load_owners
-
-        return {"inputFormat": fmt, log_audit.OPTION: load_owners(config).to_json()}
-    if fmt != FORMAT:
-        return {}
-    return Options.from_config(config).to_source()
+    """The sources' options for ``pidquota.input.format``: the format's name and what its
+    screen needs from the settings (``pidquota.formats``)."""
+    return formats.get(config["pidquota.input.format"]).options(config)
 
 
 def follows(config: Config) -> bool:
@@ -58,9 +49,10 @@ def follows(config: Config) -> bool:
 
 
 def _needs_screen(fmt: dict | None, screen: int) -> None:
-    if fmt and not screen:
+    if fmt and formats.of_options(fmt).strict is None and not screen:
         raise ConfigError(
-            "the request-log input is read by the source's screen; give screen= the principal limit"
+            f"--input-format {formats.of_options(fmt).entry.name} is read by the source's screen alone; "
+            "give screen= the principal limit"
         )
 
 
@@ -77,12 +69,13 @@ def file_source(
     """A file, or a folder of them, as a stream of ``value`` lines
     (``streaming/sources/files.py``: a fixed order, and every file named is read).
     ``screen`` (the principal length limit) makes the source screen its lines
-    itself (``streaming/screen.py``), for :func:`enforcer`; ``fmt``: the input format's
+    itself (``formats/events.py``), for :func:`enforcer`; ``fmt``: the input format's
     options (:func:`input_format`); ``follow``: read the new lines of growing files."""
     _needs_screen(fmt, screen)
-    if (fmt or {}).get("inputFormat") == "record-batches":
+    entry = formats.of_options(fmt or {}).entry
+    if "file" not in entry.inputs:
         raise ConfigError(
-            f"--input-format record-batches reads the record batches of Kafka topics; {path!r} is a file "
+            f"--input-format {entry.name} reads {entry.noun} from Kafka topics; {path!r} is a file "
             "input: give --input kafka://HOST[:PORT]/TOPIC[,TOPIC...]"
         )
     from pidquota.streaming.sources.files import FilesDataSource
@@ -147,30 +140,36 @@ def kafka_source(spark, url, config, stop_flag: str = "", screen: int = 0) -> Da
     return spark.readStream.format("pidquota-kafka").options(**options).load()
 
 
-def screened(lines: DataFrame, max_principal: int) -> DataFrame:
+def screened(lines: DataFrame, max_principal: int, fmt=None) -> DataFrame:
     """Lines to the operator's input: one row per principal with its sightings
     (``COMPACT_SCHEMA``), or a dead letter, plus ``max_ts``.
 
-    Plain events are certified and folded in Arrow (``streaming/screen.py``);
-    every other line takes Spark's strict parse, whose expressions see NULL
-    for the certified rows and cost next to nothing there."""
+    A source that screened its lines in its format (``fmt``, ``pidquota.formats``) hands over
+    folded rows, the rows its format judged, and the lines left unchecked; lines no source
+    screened (the demo's) are the default format's, JSON events, screened here. The
+    unchecked lines take the format's strict parse, whose expressions see NULL for the
+    other rows and cost next to nothing there; a format without one leaves none."""
     folded = {n for n, _ in FOLDED}
     others = [c for c in lines.columns if c != "value" and c not in folded]
-    if "check" in lines.columns:  # the source screened its lines itself (streaming/screen.py OPTION)
-        out = lines
+    if "check" in lines.columns:  # the source screened its lines itself (formats/folded.py OPTION)
+        out, fmt = lines, fmt or formats.get(registry.DEFAULT)
     else:
+        fmt = formats.get(registry.DEFAULT)
         binary = lines.select(F.col("value").cast("binary").alias("value"), *others)
-        screen = Screen(to_arrow_schema(binary.schema), max_principal)
+        screen = fmt.screen(to_arrow_schema(binary.schema), max_principal)
         out = binary.mapInArrow(screen, from_arrow_schema(pa.schema(list(screen.schema))))
+    strict_parse = formats.strict_of(fmt)
+    if strict_parse is None:
+        return _judged(out)
     check = F.col("check")
     unchecked = out.select(
         F.when(check, F.col("value").cast("string")).alias("value"), *others, *(n for n, _ in FOLDED)
     )
-    parsed = parse_events(unchecked, max_principal, keep=tuple(n for n, _ in FOLDED))
+    parsed = strict_parse(unchecked, max_principal, keep=tuple(n for n, _ in FOLDED))
     event = check & (F.col("kind") == KIND_EVENT)
     named = event & F.col("client").isNotNull()
     dead = F.when(check & (F.col("kind") == KIND_DEAD), F.to_json(F.struct("raw", "reason", "source")))
-    dead = dead.otherwise(F.col("f_dead"))  # judged by the source itself (streaming/request_log.py)
+    dead = dead.otherwise(F.col("f_dead"))  # judged by the format's screen itself
     return parsed.select(
         F.when(check, F.col("principal")).otherwise(F.col("f_principal")).alias("principal"),
         F.when(event, F.array("producer_id")).otherwise(F.col("f_producer_ids")).alias("producer_ids"),
@@ -180,6 +179,18 @@ def screened(lines: DataFrame, max_principal: int) -> DataFrame:
         F.when(named, F.array("client")).otherwise(F.col("f_clients")).alias("clients"),
         dead.alias("dead"),
         F.when(check, F.col("timestamp")).otherwise(F.col("f_max_ts")).alias("max_ts"),
+    )
+
+
+def _judged(out: DataFrame) -> DataFrame:
+    """A screened stream whose format's screen judged every line (no strict parse)."""
+    return out.select(
+        *(F.col(f"f_{n}").alias(n) for n in ("principal", "producer_ids", "timestamps")),
+        F.col("f_epochs").alias("epochs"),
+        F.col("f_client_pids").alias("client_pids"),
+        F.col("f_clients").alias("clients"),
+        F.col("f_dead").alias("dead"),
+        F.col("f_max_ts").alias("max_ts"),
     )
 
 
@@ -197,7 +208,7 @@ def state_group(buckets: int):
 def strict(lines: DataFrame, max_principal: int) -> DataFrame:
     """The same rows as :func:`screened`, every line through Spark's strict parse
     and then folded (the path before the screen; benchmarks compare the two)."""
-    events = parse_events(lines, max_principal)
+    events = formats.strict_of(formats.get(registry.DEFAULT))(lines, max_principal)
     dead = F.when(F.col("kind") == KIND_DEAD, F.to_json(F.struct("raw", "reason", "source")))
     inputs = events.select(
         "principal", "producer_id", "producer_epoch", "timestamp", "client", dead.alias("dead")
@@ -237,7 +248,9 @@ def operator_input(lines: DataFrame, config: Config, screen: bool = True):
     """What the stateful operator reads: the lines screened (or parsed strictly) and folded one
     row per principal per input partition, under the watermark, grouped by state group."""
     delay = config["pidquota.watermark.delay.ms"]
-    folded = (screened if screen else strict)(lines, config["pidquota.principal.max.length"])
+    limit = config["pidquota.principal.max.length"]
+    fmt = formats.get(config["pidquota.input.format"])
+    folded = screened(lines, limit, fmt) if screen else strict(lines, limit)
     folded = folded.withColumn("event_time", F.timestamp_millis("max_ts")).withWatermark(
         "event_time", f"{delay} milliseconds"
     )

@@ -1,6 +1,6 @@
 """Dead-letter reasons in a few classes, for Prometheus labels and the report.
 
-The parser's reason texts name the field and the value (``streaming/parse.py``);
+The parser's reason texts name the field and the value (``formats/events_spark.py``);
 a label must not, or one bad producer makes a series per value.
 """
 

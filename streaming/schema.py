@@ -1,21 +1,5 @@
-"""The event and output schemas, defined once.
-
-An event is one JSON object per produce request:
-
-============== ======== ======== =========================================
-field          type     required meaning
-============== ======== ======== =========================================
-timestamp      int64    yes      request time at the broker, ms since epoch
-principal      string   yes      the Kafka principal, e.g. ``User:alice``
-producer_id    int64    yes      the PID; -1 (any negative) = not idempotent
-producer_epoch int16    no       the producer epoch (default -1)
-client_id      string   no       the client.id
-broker_id      int32    no       the broker that served the request
-transactional_id string no       the transactional.id, if any
-topic          string   no       a topic of the request
-partition      int32    no       a partition of the request
-============== ======== ======== =========================================
-"""
+"""The output and state schemas, defined once (an input event's fields are
+``pidquota.formats.events.EVENT_FIELDS``)."""
 
 from __future__ import annotations
 
@@ -32,21 +16,6 @@ from pyspark.sql.types import (
 )
 
 from pidquota.streaming.columns import CLIENT_COLUMNS, DECISION_ARRAYS
-
-# (name, spark type, required, inclusive range or None)
-EVENT_FIELDS: tuple[tuple[str, object, bool, tuple[int, int] | None], ...] = (
-    ("timestamp", LongType(), True, (0, 253_402_300_799_999)),  # up to 9999-12-31
-    ("principal", StringType(), True, None),
-    ("producer_id", LongType(), True, None),
-    ("producer_epoch", IntegerType(), False, (-1, 32_767)),
-    ("client_id", StringType(), False, None),
-    ("broker_id", IntegerType(), False, (0, 2**31 - 1)),
-    ("transactional_id", StringType(), False, None),
-    ("topic", StringType(), False, None),
-    ("partition", IntegerType(), False, (0, 2**31 - 1)),
-)
-EVENT_TYPED = StructType([StructField(n, t, True) for n, t, _, _ in EVENT_FIELDS])
-EVENT_TEXT = StructType([StructField(n, StringType(), True) for n, _, _, _ in EVENT_FIELDS])
 
 # The output rows (decisions, metrics, dead letters, skipped counts) in one schema, ``kind``
 # telling them apart; the operator emits OPERATOR_SCHEMA, which the sinks unfold into these.

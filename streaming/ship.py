@@ -31,6 +31,7 @@ SUBPACKAGES = (
     "store",
     "actuate",
     "traffic",
+    "formats",
     "streaming",
     "observe",
     "recommend",

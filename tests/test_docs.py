@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pidquota.conf.settings import SETTINGS
+from pidquota.formats.events import EVENT_FIELDS
 from pidquota.streaming.columns import DEAD_LETTER_COLUMNS, DECISION_COLUMNS, METRIC_COLUMNS
-from pidquota.streaming.schema import EVENT_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
 README_PATH = ROOT / "README.md"

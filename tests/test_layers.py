@@ -1,7 +1,8 @@
 """pidquota's layers point one way, and no modules import each other in a circle.
 
-Layers, bottom first: conf; bloom; quota; store and traffic; streaming (the Spark
-query, its sources and outputs); observe and recommend; cli. Lazy imports (inside a
+Layers, bottom first: conf; bloom; quota; store, actuate and traffic; formats (what an
+input's records mean); streaming (the Spark query, its sources and outputs); observe and
+recommend; cli. Lazy imports (inside a
 function) count too: they run on some path, and a circle hidden in a function is still
 a circle.
 """
@@ -23,10 +24,22 @@ BELOW = {
     "store": {"conf", "bloom", "quota"},
     "actuate": {"conf", "bloom", "quota", "store"},
     "traffic": {"conf", "bloom", "quota", "store"},
-    "streaming": {"conf", "bloom", "quota", "store", "actuate", "traffic"},
-    "observe": {"conf", "bloom", "quota", "store", "actuate", "traffic", "streaming"},
-    "recommend": {"conf", "bloom", "quota", "store", "traffic", "streaming"},
-    "cli": {"conf", "bloom", "quota", "store", "actuate", "traffic", "streaming", "observe", "recommend"},
+    "formats": {"conf", "bloom", "quota", "store"},
+    "streaming": {"conf", "bloom", "quota", "store", "actuate", "traffic", "formats"},
+    "observe": {"conf", "bloom", "quota", "store", "actuate", "traffic", "formats", "streaming"},
+    "recommend": {"conf", "bloom", "quota", "store", "traffic", "formats", "streaming"},
+    "cli": {
+        "conf",
+        "bloom",
+        "quota",
+        "store",
+        "actuate",
+        "traffic",
+        "formats",
+        "streaming",
+        "observe",
+        "recommend",
+    },
     "": {"cli"},  # pidquota/__init__.py and __main__.py
 }
 # Modules that must import without Spark: the CLI's start-up checks run before it starts.

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pidquota.conf.errors import PidquotaError
+from pidquota.formats.recognise import FormatGuard
 from pidquota.store.kafka import CLIENT_ID
 from pidquota.store.sink import RedisPublisher
 from pidquota.streaming.columns import (
@@ -33,14 +34,12 @@ from pidquota.streaming.columns import (
     ANONYMOUS,
     KIND_DEAD,
     KIND_METRIC,
-    NOT_A_REQUEST,
     OUTPUTS,
 )
 from pidquota.streaming.outputs import retention
 from pidquota.streaming.outputs.jsonl import jsonl_bytes
 from pidquota.streaming.outputs.kafka import KafkaOutput
 from pidquota.streaming.outputs.rows import output_rows
-from pidquota.streaming.sources.sniff import FormatGuard
 
 log = logging.getLogger("pidquota.output")
 
@@ -189,7 +188,7 @@ class JsonlSink:
     ):
         self.out_dir = Path(out_dir)
         self.act = act
-        self.guard = guard  # the run's first records in the wrong format stop it (sniff.py)
+        self.guard = guard  # the run's first records in the wrong format stop it (formats/recognise.py)
         self.actions_file: Path | None = None
         if act is not None:
             (self.out_dir / ACTIONS).mkdir(parents=True, exist_ok=True)
@@ -309,8 +308,7 @@ def _guard(guard: FormatGuard, parts: dict[str, pa.Table]) -> None:
     events = pc.sum(parts["metrics"]["events"]).as_py() or 0
     records = events + dead.num_rows + sum(int(n or 0) for n in counts.values())
     raws = dead["raw"].to_pylist()[: guard.WATCH] if dead.num_rows else []
-    request_lines = sum(int(n or 0) for what, n in counts.items() if what != NOT_A_REQUEST)
-    guard.add(raws, records, int(counts.get(NOT_A_REQUEST) or 0), events, request_lines)
+    guard.add(raws, records, counts, events)
 
 
 def _addresses(decisions: pa.Table) -> list[tuple[str, str, bool]]:

@@ -42,12 +42,12 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
+import pidquota.formats as formats
+import pidquota.formats.recognise as sniff
 from pidquota.conf.errors import CorruptStateError
+from pidquota.formats.folded import screen_limit, screened_schema
 from pidquota.streaming import stopping
-from pidquota.streaming.request_log import Options
-from pidquota.streaming.screen import screen_limit, screened_schema
-from pidquota.streaming.sources import follow, sniff
-from pidquota.streaming.sources.formats import screened_lines
+from pidquota.streaming.sources import follow
 from pidquota.streaming.sources.listing import (
     append_ledger,
     changed_since_read,
@@ -169,7 +169,7 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _refresh(self) -> int:
         """List, warn about what is skipped or changed, append new files to the ledger. A new
-        file the input's format cannot read (``sniff.py``: the other format, gzip, binary) is
+        file the input's format cannot read (``formats/recognise.py``: another format, gzip, binary) is
         not read, and named once: the stream goes on with the others."""
         listing = scan(self.root)
         news = [f for f in listing.files if f.path not in self._known and f.size > 0]
@@ -187,8 +187,7 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _readable(self, path: str) -> bool:
         if path in self._warned:
             return False
-        fmt = "kafka-request-log" if Options.from_source(self.options) is not None else "events"
-        why = sniff.problem_of(path, fmt)
+        why = sniff.problem_of(path, formats.of_options(self.options).entry.name)
         if why is None:
             return True
         self._warned.add(path)
@@ -244,7 +243,7 @@ def read_partition(partition: FileRanges, root: str, options: dict) -> Iterator[
     """A partition's lines, range after range, through the screen the options ask for."""
     root_dir = root if Path(root).is_dir() else str(Path(root).parent)
     lines = (batch for r in partition.ranges for batch in _lines(r))
-    return screened_lines(lines, _ARROW, options, lambda s: broker_of(root_dir, s))
+    return formats.screened(lines, _ARROW, options, lambda s: broker_of(root_dir, s))
 
 
 def _lines(partition: FileRange) -> Iterator[pa.RecordBatch]:
@@ -266,7 +265,7 @@ class FollowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict):
         options = {str(k).lower(): v for k, v in dict(options).items()}
         self.root, self.options = options["path"], options
-        fmt = "kafka-request-log" if Options.from_source(options) is not None else "events"
+        fmt = formats.of_options(options).entry.name
         self.follower = follow.Follower(self.root, Path(options["ledger"]).with_name(follow.LEDGER), fmt=fmt)
         self._now = False  # availableNow: read what is there when the query starts
         self._target: dict | None = None

@@ -38,9 +38,10 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pidquota.formats.recognise as sniff
 from pidquota.conf import jsontext
 from pidquota.conf.errors import CorruptStateError
-from pidquota.streaming.sources import sniff
+from pidquota.conf.formats import entry
 from pidquota.streaming.sources.listing import scan
 
 log = logging.getLogger("pidquota.files")
@@ -80,9 +81,10 @@ class Chunk:
 
 
 def follows(config) -> bool:
-    """Whether a file input is followed (``pidquota.input.follow``; ``auto``: for the request log)."""
+    """Whether a file input is followed (``pidquota.input.follow``; ``auto``: as the format's
+    registry line says, on for the request log)."""
     value = config["pidquota.input.follow"]
-    return value == "true" or (value == "auto" and config["pidquota.input.format"] == "kafka-request-log")
+    return value == "true" or (value == "auto" and entry(config["pidquota.input.format"]).follow)
 
 
 def initial() -> dict:
@@ -137,7 +139,7 @@ class Follower:
 
     def __init__(self, root: str, ledger: Path, clock=time.time, fmt: str | None = None):
         self.root, self.ledger, self.clock = root, Path(ledger), clock
-        self.fmt = fmt  # the input's format: a new file it cannot read is not followed (sniff.py)
+        self.fmt = fmt  # the input's format: a new file it cannot read is not followed (formats/recognise.py)
         self.parked: list[tuple[str, Followed]] = self._read_ledger()
         self._looked: dict[str, tuple[int, int]] = {}  # key -> (size, mtime_ns) when last fingerprinted
         self._sniffed: dict[str, bool] = {}  # key -> whether the format can read it
@@ -255,7 +257,7 @@ class Follower:
 
     def _readable(self, look: _Look, quiet: bool) -> bool:
         """Whether the input's format can read a file not read yet, from its first lines
-        (``sniff.py``). Until a whole line is there (or the file is quiet) it is not judged,
+        (``formats/recognise.py``). Until a whole line is there (or the file is quiet) it is not judged,
         and nothing of it is read anyway."""
         if self.fmt is None or look.st.st_size == 0:
             return True

@@ -171,8 +171,8 @@ def check_input(path: str | Path) -> None:
 def start_up_notes(root: str | Path, checkpoint: str | Path, fmt: str = "events") -> tuple[list[str], bool]:
     """Warnings for the operator before a file input starts, and whether the ledger
     already existed (so "nothing new since the checkpoint" rather than "read nothing").
-    A file not read yet that ``fmt`` cannot read (``streaming/sources/sniff.py``) fails now."""
-    from pidquota.streaming.sources.sniff import check_files
+    A file not read yet that ``fmt`` cannot read (``formats/recognise.py``) fails now."""
+    from pidquota.formats.recognise import check_files
 
     check_input(root)
     listing = scan(root)

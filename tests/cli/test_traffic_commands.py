@@ -55,7 +55,7 @@ def test_bad_arguments_are_one_line_errors(tmp_path, capsys):
 def test_generate_writes_the_request_log_of_its_traffic(tmp_path, capsys):
     import pyarrow as pa
 
-    from pidquota.streaming.request_log import Options, RequestLogJudge
+    from pidquota.formats.request_log import Options, RequestLogJudge
 
     events, log = tmp_path / "g.jsonl", tmp_path / "kafka-request.log"
     # A block store of its own for each run: the same PIDs (KIP-730 numbering continues otherwise).

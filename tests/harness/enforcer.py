@@ -94,9 +94,9 @@ class Enforcer:
         )
 
     def _run(self, lines, kafka_out: dict | None = None) -> dict[str, pd.DataFrame]:
+        from pidquota.formats.recognise import FormatGuard
         from pidquota.streaming import query as q
         from pidquota.streaming.outputs.sink import JsonlSink
-        from pidquota.streaming.sources.sniff import FormatGuard
 
         # the CLI's sink: the format guard re-reads the first dead letters (issue 44's poison pill was there)
         guard = FormatGuard(self.config["pidquota.input.format"], "the test's input")

@@ -11,8 +11,8 @@ exactly those of the valid events run alone.
 import json
 from collections import Counter
 
-import fuzz_corpus as fuzz
 import pytest
+from harness import fuzz_corpus as fuzz
 
 SEED, N_VALID, N_BAD = 936, 3000, 10_000
 QUOTAS = {"<default>": 50}

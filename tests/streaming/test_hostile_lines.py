@@ -15,10 +15,10 @@ from harness.hostile import FAST, SLOW, as_bytes, as_text, hostile_text
 from hypothesis import given
 from hypothesis import strategies as st
 
+import pidquota.formats.recognise as sniff
 from pidquota.conf.errors import InputError
-from pidquota.streaming.request_log import Options, RequestLogJudge
-from pidquota.streaming.screen import Screen
-from pidquota.streaming.sources import sniff
+from pidquota.formats.events import Screen
+from pidquota.formats.request_log import Options, RequestLogJudge
 from pidquota.traffic import request_log as rl
 
 EVENTS = [
@@ -56,10 +56,10 @@ def request_lines(draw) -> str | bytes:
 @given(events, st.sampled_from(["events", "kafka-request-log"]))
 def test_the_sniffer_and_the_format_guard_never_fail_on_a_line(lines, fmt):
     head = b"\n".join(as_bytes(x) for x in lines)
-    assert sniff.kind_of(head[: sniff.HEAD]) in ("gzip", "binary", "request-log", "events", "text")
+    assert sniff.kind_of(head[: sniff.HEAD]) in ("gzip", "binary", "kafka-request-log", "events", "text")
     guard = sniff.FormatGuard(fmt, "the test's input")
     try:
-        guard.add([as_text(x) for x in lines], len(lines), not_requests=len(lines))
+        guard.add([as_text(x) for x in lines], len(lines), skipped={"not-a-request": len(lines)})
     except InputError as exc:
         assert "the test's input" in str(exc)
 

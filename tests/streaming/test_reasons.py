@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pidquota.streaming import parse
+import pidquota.formats.events_spark as parse
 from pidquota.streaming.reasons import REASON_CLASSES, reason_class
 
 

@@ -33,11 +33,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+import pidquota.formats as formats
 from pidquota.conf.settings import BY_NAME
+from pidquota.formats.folded import screen_limit, screened_schema
 from pidquota.store.kafka import KafkaError, consumer, normalized, parse_starting_offsets, safe_options
-from pidquota.streaming import log_audit, stopping
-from pidquota.streaming.screen import screen_limit, screened_schema
-from pidquota.streaming.sources.formats import screened_lines
+from pidquota.streaming import stopping
 from pidquota.streaming.sources.kafka.records import ARROW, SCHEMA
 from pidquota.streaming.sources.kafka.transactions import READ_COMMITTED, READ_UNCOMMITTED, Transactions
 
@@ -399,9 +399,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             read_range,  # Fetch requests decoded straight into Arrow
         )
 
-        if partition.options.get("inputformat") == log_audit.FORMAT:  # batch headers, not records
-            return log_audit.audit_screen(read_range(partition, _lost, what="headers"), partition.options)
-        return screened_lines(read_range(partition, _lost), ARROW, partition.options)
+        if formats.of_options(partition.options).reads == "batch-headers":  # not records
+            return formats.screened(read_range(partition, _lost, what="headers"), ARROW, partition.options)
+        return formats.screened(read_range(partition, _lost), ARROW, partition.options)
 
 
 class KafkaDataSource(DataSource):

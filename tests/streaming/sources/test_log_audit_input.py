@@ -10,8 +10,8 @@ import json
 import pytest
 from harness.clients import ConfluentProducer
 
+from pidquota.formats.record_batches import CONTROL_BATCH
 from pidquota.store.kafka import producer
-from pidquota.streaming.log_audit import CONTROL_BATCH
 from pidquota.traffic import clients
 
 TOPICS = ("audit-crash-kp", "audit-crash-ck", "audit-steady", "audit-txn")

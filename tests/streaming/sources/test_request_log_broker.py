@@ -27,9 +27,9 @@ import pytest
 from harness.clients import ConfluentProducer, Record, kafka_python_loop
 from harness.kafka import ApacheKafka
 
+from pidquota.formats.request_log import REFUSED, Options, RequestLogJudge
 from pidquota.store.kafka import producer
 from pidquota.streaming.outputs.reader import read_output
-from pidquota.streaming.request_log import REFUSED, Options, RequestLogJudge
 from pidquota.traffic.clients import kafka_python_pid
 
 pytestmark = [pytest.mark.kafka]

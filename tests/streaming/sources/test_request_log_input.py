@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pidquota.streaming.request_log import REFUSED
+from pidquota.formats.request_log import REFUSED
 from pidquota.traffic import request_log as rl
 
 T0 = 1_767_225_600_000

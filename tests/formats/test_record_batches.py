@@ -1,4 +1,4 @@
-"""The log audit (streaming/log_audit.py, store/owners.py), Spark-free: topic owners from a
+"""The log audit (formats/record_batches.py, store/owners.py), Spark-free: topic owners from a
 file and Redis with prefixes, batch headers read without decompressing, control batches
 and batches without a producer id counted, epochs and re-inits folded."""
 
@@ -9,10 +9,10 @@ import pyarrow as pa
 import pytest
 
 from pidquota.conf.errors import ConfigError
+from pidquota.formats.record_batches import CONTROL_BATCH, LEGACY, NO_PRODUCER_ID, NO_TIMESTAMP, AuditScreen
 from pidquota.store.keys import Keys
 from pidquota.store.owners import Owners, load_owners
-from pidquota.streaming.log_audit import CONTROL_BATCH, LEGACY, NO_PRODUCER_ID, NO_TIMESTAMP, AuditScreen
-from pidquota.streaming.sources.kafka.records import HEADERS, batch_headers, walk
+from pidquota.streaming.sources.kafka.records import ARROW, HEADERS, batch_headers, walk
 
 T0 = 1_767_225_600_000
 
@@ -108,7 +108,7 @@ def test_control_batches_and_batches_without_a_pid_are_counted_and_sightings_fol
         (9, 0, -1, 0, 2, 12, 1),  # no timestamp
         (-1, -1, -1, 0, 1, 13, 1),  # a legacy message set
     ]
-    out = list(AuditScreen(Owners({"ord*": "User:a"})).screen(_headers(rows)))
+    out = list(AuditScreen(Owners({"ord*": "User:a"}), ARROW).screen(_headers(rows)))
     folded, counts = out[0].to_pylist(), out[1].to_pylist()
     assert [(r["f_principal"], r["f_producer_ids"], r["f_timestamps"], r["f_epochs"]) for r in folded] == [
         ("User:a", [7, 7], [T0, T0 + 9], [0, 1])
@@ -120,7 +120,7 @@ def test_control_batches_and_batches_without_a_pid_are_counted_and_sightings_fol
 
 
 def test_an_unowned_topic_is_its_own_principal():
-    (out,) = AuditScreen(Owners({})).screen(_headers([(7, 0, T0, 0, 2, 0, 1)], topic="logs"))
+    (out,) = AuditScreen(Owners({}), ARROW).screen(_headers([(7, 0, T0, 0, 2, 0, 1)], topic="logs"))
     assert out.column("f_principal").to_pylist() == ["Topic:logs"]
 
 

@@ -56,11 +56,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pidquota.conf import jsontext
+from pidquota.conf.formats import entry
+from pidquota.formats.folded import (
+    FOLDED,
+    PerRow,
+    as_binary,
+    client_column,
+    fold,
+    folded_batch,
+    judged_batch,
+    principal_problem,
+    sources_of,
+)
 from pidquota.quota.client import COLUMNS as CLIENT_COLUMNS
-from pidquota.streaming.columns import NOT_A_REQUEST
-from pidquota.streaming.screen import FOLDED, as_binary, client_column, fold, folded_batch, judged_batch
 
-FORMAT = "kafka-request-log"
+NAME = "kafka-request-log"
+NOT_A_REQUEST = "not-a-request"  # skipped: a line that is no request-log line
 INIT_PRODUCER_ID = 22
 REFUSED = "INIT_PRODUCER_ID refused"
 _KEY = r'requestApiKey\\?"\s*:\s*(?P<key>[0-9]{1,6})'
@@ -121,7 +132,7 @@ class Options:
     def to_source(self) -> dict[str, str]:
         """As source options (strings; Spark lower-cases the keys)."""
         return {
-            "inputFormat": FORMAT,
+            "inputFormat": NAME,
             "requestLogTimezone": self.timezone,
             "requestLogMessageFields": ",".join(self.message_fields),
             "requestLogHostFields": ",".join(self.host_fields),
@@ -131,7 +142,7 @@ class Options:
     def from_source(cls, options) -> Options | None:
         """The source options' request-log settings, or None for the JSON event format."""
         get = lambda k: options.get(k) or options.get(k.lower())  # noqa: E731
-        if get("inputFormat") != FORMAT:
+        if get("inputFormat") != NAME:
             return None
         split = lambda k: tuple(p.strip() for p in (get(k) or "").split(",") if p.strip())  # noqa: E731
         return cls(
@@ -256,10 +267,9 @@ def parse_init(line: str, clock: Clock, max_principal: int) -> dict | None:
     principal = d.get("principal")
     if not isinstance(principal, str):
         raise BadLine("missing field principal" if principal is None else "field principal must be a string")
-    if not principal.strip() or not re.search(r"[^\s\x00-\x1f]", principal):
-        raise BadLine("principal is empty (only white space or control characters)")
-    if len(principal) > max_principal:
-        raise BadLine(f"principal is longer than {max_principal} characters")
+    why = principal_problem(principal, max_principal)
+    if why:
+        raise BadLine(why)
     header = d.get("requestHeader") if isinstance(d.get("requestHeader"), dict) else {}
     request = d.get("request") if isinstance(d.get("request"), dict) else {}
     client = header.get("clientId")
@@ -385,35 +395,9 @@ _EVENTS = pa.schema(
 )
 
 
-class _PerRow:
-    """A batch's per-line facts, computed only for the lines that are asked about (inits and
-    dead letters): the noise, nearly every line, never costs a Python call."""
-
-    def __init__(self, n: int, at):
-        self.n, self.at = n, at
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int):
-        return self.at(i)
-
-
-def _source_of(batch: pa.RecordBatch) -> _PerRow:
-    """Each line's position, for its dead letter: Kafka topic/partition@offset, or the file."""
-    names = batch.schema.names
-    if "kafka_offset" in names:
-        t, p, o = (batch.column(c) for c in ("kafka_topic", "kafka_partition", "kafka_offset"))
-        return _PerRow(batch.num_rows, lambda i: f"{t[i].as_py()}/{p[i].as_py()}@{o[i].as_py()}")
-    if "source_file" in names:
-        files = batch.column("source_file")
-        return _PerRow(batch.num_rows, lambda i: files[i].as_py())
-    return _PerRow(batch.num_rows, lambda i: None)
-
-
 class RequestLogScreen:
     """A source's screen for request-log lines: line batches in, screened rows out
-    (``streaming/screen.py``'s ``FOLDED`` columns then the line columns, nothing left for
+    (``formats/folded.py``'s ``FOLDED`` columns then the line columns, nothing left for
     Spark's strict parse). ``broker_of`` names the broker of a line's file, if any."""
 
     def __init__(self, line_schema: pa.Schema, max_principal: int, options: Options, broker_of=None):
@@ -424,9 +408,9 @@ class RequestLogScreen:
 
     def screen(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
         values = batch.column("value")
-        sources = _source_of(batch)
+        sources = sources_of(batch)
         files = "source_file" in batch.schema.names
-        brokers = _PerRow(len(sources), lambda i: self.broker_of(sources[i]) if files else None)
+        brokers = PerRow(len(sources), lambda i: self.broker_of(sources[i]) if files else None)
         judged = self.judge.judge(values, sources, brokers)
         if judged.events:
             events = pa.Table.from_pylist(judged.events, schema=_EVENTS)
@@ -437,3 +421,30 @@ class RequestLogScreen:
             letters.append(json.dumps({"skipped": dict(sorted(judged.skipped.items()))}))
         if letters:
             yield judged_batch(letters, self.schema)
+
+
+class RequestLog:
+    """The broker request log (``pidquota.formats`` protocol): the screen judges every line, so
+    there is no strict parse; a line that is no request-log line is skipped as ``not-a-request``."""
+
+    entry = entry(NAME)
+    reads = "lines"
+    strict = None
+    foreign = NOT_A_REQUEST
+
+    def recognise(self, text: str) -> bool:
+        return _MARK in text
+
+    def said(self, config) -> str:
+        return ""
+
+    def options(self, config) -> dict[str, str]:
+        return Options.from_config(config).to_source()
+
+    def screen(self, line_schema: pa.Schema, max_principal: int, options, broker_of=None) -> RequestLogScreen:
+        return RequestLogScreen(
+            line_schema, max_principal, Options.from_source(options) or Options(), broker_of
+        )
+
+
+FORMAT = RequestLog()

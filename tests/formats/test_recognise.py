@@ -9,10 +9,10 @@ import json
 
 import pytest
 
+import pidquota.formats.recognise as sniff
 from pidquota.cli.main import main
 from pidquota.conf.errors import InputError
-from pidquota.streaming.sources import sniff
-from pidquota.streaming.sources.sniff import HEAD, check_files, kind_of
+from pidquota.formats.recognise import HEAD, check_files, kind_of
 
 EVENT = json.dumps({"timestamp": 1, "principal": "User:a", "producer_id": 7})
 REQUEST = (
@@ -27,8 +27,8 @@ SHIPPED = json.dumps({"@timestamp": "2026-01-01T00:00:00Z", "message": REQUEST})
     "head, kind",
     [
         ((EVENT + "\n") * 5, "events"),
-        ((REQUEST + "\n") * 5, "request-log"),
-        ((SHIPPED + "\n") * 5, "request-log"),  # a log shipper's JSON around the line
+        ((REQUEST + "\n") * 5, "kafka-request-log"),
+        ((SHIPPED + "\n") * 5, "kafka-request-log"),  # a log shipper's JSON around the line
         ((EVENT + "\nnot json\n") * 3 + EVENT, "events"),  # most lines decide
         ("a,b,c\n1,2,3\n", "text"),
         ("", "text"),
@@ -43,7 +43,7 @@ def test_what_the_first_lines_say(head, kind):
 
 def test_a_line_cut_at_the_end_of_the_head_does_not_count():
     head = ((REQUEST + "\n") * 200).encode()[:HEAD]
-    assert kind_of(head) == "request-log"
+    assert kind_of(head) == "kafka-request-log"
 
 
 def _files(tmp_path, **contents) -> list[str]:
@@ -135,7 +135,7 @@ def test_the_guard_stops_request_log_records_read_as_events():
 def test_the_guard_stops_a_request_log_run_that_finds_no_request_line():
     guard = sniff.FormatGuard("kafka-request-log", "Kafka input 'kafka://b:9092/events'")
     with pytest.raises(InputError, match="are not Kafka request-log lines: is --input-format right"):
-        guard.add([], records=50, not_requests=50, events=0)
+        guard.add([], records=50, skipped={"not-a-request": 50}, events=0)
 
 
 def test_the_guard_lets_a_few_bad_records_among_good_ones_through_and_stops_watching():
@@ -145,8 +145,10 @@ def test_the_guard_lets_a_few_bad_records_among_good_ones_through_and_stops_watc
     guard.add([RL] * 100, records=600)  # past WATCH records: no longer watched
     assert not guard.watching
     mixed = sniff.FormatGuard("kafka-request-log", "x")
-    mixed.add([], records=100, not_requests=90, events=0, request_lines=10)  # a log among other lines
-    assert not mixed.watching and mixed.other == 0
+    mixed.add(
+        [], records=100, skipped={"not-a-request": 90, "FETCH": 10}, events=0
+    )  # a log among other lines
+    assert not mixed.watching and not mixed.other
 
 
 def test_a_large_first_batch_of_good_records_with_a_few_bad_ones_goes_on():
@@ -155,7 +157,7 @@ def test_a_large_first_batch_of_good_records_with_a_few_bad_ones_goes_on():
     guard.add([RL] * 600, records=100_000)
     assert not guard.watching
     log = sniff.FormatGuard("kafka-request-log", "x")
-    log.add([], records=30_000, not_requests=300, events=0, request_lines=29_700)  # no init yet
+    log.add([], records=30_000, skipped={"not-a-request": 300, "FETCH": 29_700}, events=0)  # no init yet
     assert not log.watching
 
 
@@ -187,7 +189,7 @@ def test_a_line_nested_too_deep_to_parse_is_text_not_a_crash():
 def test_the_format_guard_passes_a_dead_letter_nested_too_deep():
     guard = sniff.FormatGuard("events", "in")
     guard.add([DEEP] * 30, 30)  # the screen dead-lettered it; the guard re-reads its text
-    assert guard.seen == 30 and guard.other == 0
+    assert guard.seen == 30 and not guard.other
 
 
 @pytest.mark.e2e

@@ -7,8 +7,8 @@ import json
 import pyarrow as pa
 import pytest
 
-from pidquota.quota.client import Client
-from pidquota.streaming.request_log import (
+from pidquota.formats.folded import FOLDED
+from pidquota.formats.request_log import (
     NOT_A_REQUEST,
     REFUSED,
     Clock,
@@ -19,7 +19,7 @@ from pidquota.streaming.request_log import (
     key_name,
     software,
 )
-from pidquota.streaming.screen import FOLDED
+from pidquota.quota.client import Client
 from pidquota.traffic import request_log as rl
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z

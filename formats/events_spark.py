@@ -1,4 +1,5 @@
-"""Parse and validate raw JSON lines into events, or dead letters with a reason.
+"""The JSON events' strict parse, in Spark: raw lines into events, or dead letters with a reason
+(the events format's ``strict``, for the lines its screen could not certify).
 
 The record is parsed once into a Spark ``VARIANT``, which keeps each field's
 real JSON type: ``"1000"`` (a string) and ``1000`` (a number) differ, as do
@@ -10,10 +11,10 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from pidquota.formats.events import EVENT_FIELDS
+from pidquota.formats.folded import KIND_DEAD, KIND_EVENT
 from pidquota.quota.client import COLUMNS as CLIENT_COLUMNS
 from pidquota.quota.client import SEP
-from pidquota.streaming.columns import KIND_DEAD, KIND_EVENT
-from pidquota.streaming.schema import EVENT_FIELDS
 
 _INTEGER_TYPES = r"^(TINYINT|SMALLINT|INT|BIGINT)$"
 _WHOLE_DECIMAL = r"^DECIMAL\([0-9]+,0\)$"  # an integer too large for int64
@@ -26,7 +27,7 @@ _BOM = "\ufeff"
 _WHITESPACE = " \t\r\n"  # JSON's whitespace (RFC 8259)
 # A principal made only of these is empty: white space, separators, control characters.
 _BLANK = r"^[\s\p{Z}\p{Cc}]*$"
-_INTEGER_FIELDS = [name for name, t, _, _ in EVENT_FIELDS if t.typeName() != "string"]
+_INTEGER_FIELDS = [name for name, t, _, _ in EVENT_FIELDS if t != "string"]
 # A field's number as written, e.g. `"producer_id": 5.0` -> 5.0. VARIANT stores
 # 5.0 as the integer 5 (and 1e2 as a double), so only the text says whether an
 # integer field was written with a fraction or exponent; it is read only for
@@ -77,14 +78,14 @@ def _field_checks(
 ) -> tuple[list[tuple[Column, Column]], dict[str, Column]]:
     checks: list[tuple[Column, Column]] = []
     values: dict[str, Column] = {}
-    for name, spark_type, required, bounds in EVENT_FIELDS:
+    for name, type_name, required, bounds in EVENT_FIELDS:
         sub = F.try_variant_get(v, f"$.{name}", "variant")
         kind = F.schema_of_variant(sub)
         absent = sub.isNull() | (kind == "VOID")  # missing, or JSON null
         shown = F.substring(F.to_json(sub), 1, 80)
         if required and not (name == "timestamp" and fallback_ts is not None):
             checks.append((absent, F.lit(f"missing required field '{name}'")))
-        if spark_type.typeName() == "string":
+        if type_name == "string":
             more, values[name] = _string_check(name, v, kind, absent, shown)
         else:
             more, values[name] = _integer_checks(name, bounds, v, text, kind, absent, shown)
@@ -145,7 +146,7 @@ def _record_checks(v: Column, text: Column) -> list[tuple[Column, Column]]:
 
 def _client(values: dict[str, Column]) -> Column:
     """The event's client identity joined into one string (``pidquota.quota.client``), as
-    ``streaming/screen.py``'s ``client_column`` joins it; null when no field names one."""
+    ``formats/folded.py``'s ``client_column`` joins it; null when no field names one."""
     fields = {"broker": values["broker_id"].cast("string"), "client_id": values["client_id"]}
     fields["transactional_id"] = values["transactional_id"]
     cols = [fields.get(name, F.lit(None).cast("string")) for name in CLIENT_COLUMNS]
@@ -157,7 +158,9 @@ def _client(values: dict[str, Column]) -> Column:
 
 
 def parse_events(lines: DataFrame, max_principal: int, keep: tuple[str, ...] = ()) -> DataFrame:
-    """``value`` strings in; ``PARSED_COLUMNS`` out, then the ``keep`` columns as they were.
+    """``value`` strings in; ``kind``, ``principal``, ``producer_id``, ``producer_epoch``,
+    ``timestamp``, ``client``, ``raw``, ``reason``, ``source`` out, then the ``keep`` columns as
+    they were.
 
     Valid events have ``kind = 'E'``; everything else ``kind = 'D'`` with the
     raw text, the first reason found and the record's source. Nothing is

@@ -3,7 +3,7 @@ record batches themselves, with no broker change at all.
 
 Every record batch (magic 2) starts with a 61-byte header that carries the
 ``producerId``, ``producerEpoch`` and the batch's ``maxTimestamp``
-(``streaming/sources/kafka/records.py``). The Kafka source reads only those headers: no
+(the Kafka transport's ``records.py`` reads them when a format ``reads`` batch headers). The Kafka source reads only those headers: no
 record is decoded and nothing is decompressed, so gzip, snappy, lz4 and zstd batches cost
 the same. Each batch of an idempotent or transactional producer is one sighting:
 
@@ -37,11 +37,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pidquota.store.owners import Owners
-from pidquota.streaming.screen import fold, folded_batch, judged_batch, screened_schema
-from pidquota.streaming.sources.kafka.records import ARROW, CONTROL
+from pidquota.conf.formats import entry
+from pidquota.formats.folded import fold, folded_batch, judged_batch, screened_schema
+from pidquota.store.owners import Owners, load_owners
 
-FORMAT = "record-batches"
+NAME = "record-batches"
+CONTROL = 0x20  # the record batch attribute bit of a control batch (a transaction marker)
 CONTROL_BATCH, NO_PRODUCER_ID, LEGACY = "control batch", "no producer id", "legacy message set"
 NO_TIMESTAMP = "no timestamp"
 MAX_TIMESTAMP = 253_402_300_799_999
@@ -56,13 +57,14 @@ _EVENTS = pa.schema(
 
 
 class AuditScreen:
-    """A Kafka source's screen for batch headers (``records.HEADERS`` plus the topic and
-    partition): folded sightings and counts out, in the screened schema (``FOLDED`` then
-    the source's line columns, null)."""
+    """A Kafka source's screen for batch headers (``producer_id``, ``producer_epoch``,
+    ``timestamp``, ``attributes``, ``magic``, plus ``kafka_topic``): folded sightings and
+    counts out, in the screened schema of the source's ``line_schema`` (``FOLDED`` then the
+    line columns, null)."""
 
-    def __init__(self, owners: Owners):
+    def __init__(self, owners: Owners, line_schema: pa.Schema):
         self.owners = owners
-        self.schema = screened_schema(ARROW)
+        self.schema = screened_schema(line_schema)
 
     def screen(self, headers: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
         attrs = headers.column("attributes").to_numpy()
@@ -106,9 +108,32 @@ class AuditScreen:
 OPTION = "auditOwners"  # the source option: the owners as JSON
 
 
-def audit_screen(batches: Iterator[pa.RecordBatch], options) -> Iterator[pa.RecordBatch]:
-    """A source's header batches through :class:`AuditScreen` (owners from the options)."""
-    screen = AuditScreen(Owners.from_json(options.get(OPTION) or options.get(OPTION.lower()) or "{}"))
-    for batch in batches:
-        if batch.num_rows:
-            yield from screen.screen(batch)
+class RecordBatches:
+    """The log audit (``pidquota.formats`` protocol): Kafka hands it batch headers, not
+    lines; no line is ever its record, so ``recognise`` is False and nothing is sniffed."""
+
+    entry = entry(NAME)
+    reads = "batch-headers"
+    strict = None
+    foreign = None
+
+    def recognise(self, text: str) -> bool:
+        return False
+
+    def options(self, config) -> dict[str, str]:
+        return {"inputFormat": NAME, OPTION: load_owners(config).to_json()}
+
+    def said(self, config) -> str:
+        """The topic owners, for the banner: who each topic's PIDs count for."""
+        mapping = load_owners(config).mapping
+        shown = ", ".join(f"{t} -> {p}" for t, p in sorted(mapping.items())[:6]) + (
+            " ..." if len(mapping) > 6 else ""
+        )
+        return f" (owners: {shown or 'none'}; a topic nobody owns is Topic:<name>)"
+
+    def screen(self, line_schema: pa.Schema, max_principal: int, options, broker_of=None) -> AuditScreen:
+        owners = options.get(OPTION) or options.get(OPTION.lower()) or "{}"
+        return AuditScreen(Owners.from_json(owners), line_schema)
+
+
+FORMAT = RecordBatches()

@@ -9,14 +9,15 @@ same dead letters (raw, reason, source), row for row.
 import json
 from collections import Counter
 
-import fuzz_corpus as fuzz
 import numpy as np
 import pyarrow as pa
 import pytest
+from harness import fuzz_corpus as fuzz
 from pyspark.sql import functions as F
 
+from pidquota.formats.events import LEAF_ROWS, Screen
+from pidquota.formats.folded import client_column
 from pidquota.quota.client import Client
-from pidquota.streaming.screen import LEAF_ROWS, Screen, client_column
 
 LINES = pa.schema([("value", pa.binary()), ("source_file", pa.string())])
 KAFKA = pa.schema([("value", pa.binary()), ("kafka_topic", pa.string()), ("kafka_timestamp", pa.int64())])

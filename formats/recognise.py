@@ -7,39 +7,47 @@ Each file's head (:data:`HEAD` bytes, at most :data:`LINES` lines) is one of:
 
 * ``gzip``: it starts with gzip's magic bytes (``1f 8b``);
 * ``binary``: most lines hold a NUL byte, or bytes that are not UTF-8;
-* ``request-log``: most lines are a broker's request-log completions (``Completed
-  request:``, raw or inside a log shipper's JSON);
-* ``events``: most lines are JSON objects with a ``principal`` or ``producer_id``;
+* a format's name: most lines are that format's records, as its ``recognise`` says (the
+  first format of the registry that claims a line has it): ``events`` for JSON objects with
+  a ``principal`` or ``producer_id``, ``kafka-request-log`` for a broker's request-log
+  completions (``Completed request:``, raw or inside a log shipper's JSON);
 * ``text``: anything else (the screen names each bad line in the dead letters), or empty.
 
 Worked example: with ``--input-format events``, a folder holding ``kafka-request.log``
 (request-log lines) fails with ``in/kafka-request.log holds Kafka request-log lines, not
 JSON events: add --input-format kafka-request-log``; the same folder with that flag passes.
-Spark-free and pure: it reads the files' first bytes, nothing else.
+Spark-free and pure: it reads the files' first bytes, nothing else. It knows no format by
+name: it asks each one of the registry (``pidquota.formats``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from pidquota.conf import jsontext
+import pidquota.formats as formats
+from pidquota.conf import formats as registry
 from pidquota.conf.errors import InputError
 
 HEAD = 16_384  # bytes read from each file
 LINES = 20  # lines of the head looked at
 MAX_FILES = 500  # the first files in read order; a larger folder is sampled no further
 
-_FIX = {
-    (
-        "events",
-        "request-log",
-    ): "holds Kafka request-log lines, not JSON events: add --input-format kafka-request-log",
-    ("kafka-request-log", "events"): (
-        "holds JSON events, not Kafka request-log lines: drop --input-format kafka-request-log "
-        "(JSON events are --input-format events)"
-    ),
-}
+NOT_READ = ("gzip", "binary")  # kinds no format reads: passed over among readable files
+
+
+def fix(fmt: str, kind: str) -> str | None:
+    """What to say of a file (or records) of ``kind`` read as ``fmt``: the flag to give, or
+    None when ``kind`` is no other format. E.g. ``fix("events", "kafka-request-log")`` is
+    ``"holds Kafka request-log lines, not JSON events: add --input-format kafka-request-log"``."""
+    if kind == fmt or kind not in registry.names():
+        return None
+    noun, read = registry.entry(kind).noun, registry.entry(fmt).noun
+    if kind == registry.DEFAULT:
+        flag = f"drop --input-format {fmt} ({noun} are --input-format {kind})"
+    else:
+        flag = f"{'add' if fmt == registry.DEFAULT else 'give'} --input-format {kind}"
+    return f"holds {noun}, not {read}: {flag}"
 
 
 def kind_of(head: bytes) -> str:
@@ -65,16 +73,12 @@ def _line_kind(line: bytes) -> str:
         text = line.decode("utf-8").strip()
     except UnicodeDecodeError:
         return "binary"
-    if "Completed request:" in text:
-        return "request-log"
-    if text.startswith("{"):
-        try:
-            value = jsontext.loads(text)
-        except ValueError:
-            return "text"
-        if isinstance(value, dict) and ("principal" in value or "producer_id" in value):
-            return "events"
-    return "text"
+    return next((f.entry.name for f in _line_formats() if f.recognise(text)), "text")
+
+
+def _line_formats() -> list:
+    """The formats whose records are lines, in the registry's order."""
+    return [f for f in formats.every() if f.reads == "lines"]
 
 
 def _head(path: str) -> bytes | None:
@@ -91,8 +95,8 @@ def problem(path: str, fmt: str, kind: str) -> str | None:
         return f"{path} is gzip-compressed, and pidquota reads plain-text lines: unpack it (gunzip {path}) or move it out of the input"
     if kind == "binary":
         return f"{path} is not a text file (NUL bytes, or not UTF-8): move it out of the input"
-    fix = _FIX.get((fmt, kind))
-    return f"{path} {fix}" if fix else None
+    said = fix(fmt, kind)
+    return f"{path} {said}" if said else None
 
 
 def problem_of(path: str, fmt: str) -> str | None:
@@ -104,13 +108,13 @@ def problem_of(path: str, fmt: str) -> str | None:
 
 def check_files(paths: Iterable[str], fmt: str) -> None:
     """An :class:`InputError` naming the first file that ``fmt`` cannot read, with the fix,
-    and how many more there are; nothing for a format without files (``record-batches``).
+    and how many more there are; nothing for a format that no file holds (``record-batches``).
 
     A file of the other format stops the run (the flag is likely wrong). A gzip or binary
     file among files that can be read does not: the source names it and passes over it (a
     log folder rotated by logrotate holds ``.gz`` files); only a folder of nothing else
     stops."""
-    if fmt not in ("events", "kafka-request-log"):
+    if "file" not in registry.entry(fmt).inputs:
         return
     found, readable = [], 0
     for i, path in enumerate(paths):
@@ -121,9 +125,9 @@ def check_files(paths: Iterable[str], fmt: str) -> None:
         line = None if kind is None else problem(path, fmt, kind)
         if line is None:
             readable += 1
-        elif kind not in ("gzip", "binary") or not readable:
+        elif kind not in NOT_READ or not readable:
             found.append((kind, line))
-    other = [line for kind, line in found if kind not in ("gzip", "binary")]
+    other = [line for kind, line in found if kind not in NOT_READ]
     if other or (found and not readable):
         lines = other or [line for _, line in found]
         more = f" ({len(lines) - 1} more file(s) like it)" if len(lines) > 1 else ""
@@ -132,19 +136,25 @@ def check_files(paths: Iterable[str], fmt: str) -> None:
 
 class FormatGuard:
     """A running query's first records, judged like a file's head: a Kafka input (or any
-    other) whose records are the other format stops the run after ``WATCH`` records at most,
+    other) whose records are another format stops the run after ``WATCH`` records at most,
     with one line naming the flag, instead of turning a topic into dead letters.
 
-    Fed per batch: the dead letters' raw text, and how many records the batch had (events,
-    dead letters and skipped lines). It watches the run's batches until ``WATCH`` records
-    have gone by; it trips when at least ``MIN_LINES`` of the records seen, and more than
-    half of them, are the other format: dead letters whose text is request-log lines
-    (``--input-format events``), or lines that are no request-log line at all, with no
-    request-log line among them (``--input-format kafka-request-log``; one request-log line
-    of any API key ends the watch). Example:
-    ``events`` over a topic of 500 request-log lines, one batch: 500 dead letters, 500 of them
-    request-log lines: it raises ``InputError('... records of kafka://b/t hold Kafka
-    request-log lines, not JSON events: add --input-format kafka-request-log ...')``.
+    Fed per batch: the dead letters' raw text, how many records the batch had (events, dead
+    letters and skipped lines), its skipped counts by kind and its events. It watches the
+    run's batches until ``WATCH`` records have gone by, for formats whose records are lines;
+    it trips when at least ``MIN_LINES`` of the records seen, and more than half of them, are
+    not the format's:
+
+    * a format without a ``foreign`` kind (``events``) counts its dead letters that another
+      format recognises;
+    * a format with one (``kafka-request-log``: ``not-a-request``) counts the lines its screen
+      skipped as foreign, and stops watching at its first record of any kind (an event, or a
+      line it skipped as its own, such as a FETCH).
+
+    Example: ``events`` over a topic of 500 request-log lines, one batch: 500 dead letters, 500
+    of them request-log lines: it raises ``InputError('500 of the first 500 records of
+    kafka://b/t hold Kafka request-log lines, not JSON events: add --input-format
+    kafka-request-log; ...')``.
     """
 
     WATCH = 1000
@@ -152,36 +162,44 @@ class FormatGuard:
 
     def __init__(self, fmt: str, where: str):
         self.fmt, self.where = fmt, where
+        self.format = formats.get(fmt)
         self.seen = 0
-        self.other = 0
+        self.other: Counter = Counter()  # records that are not the format's, by kind
 
     @property
     def watching(self) -> bool:
-        return self.seen < self.WATCH and self.fmt in ("events", "kafka-request-log")
+        return self.seen < self.WATCH and self.format.reads == "lines"
 
-    def add(
-        self, dead_raw: list, records: int, not_requests: int = 0, events: int = 0, request_lines: int = 0
-    ) -> None:
-        """One batch; raises :class:`InputError` when the records are the other format.
-        ``request_lines``: lines the request-log screen knew as request-log lines (any API key)."""
+    def add(self, dead_raw: list, records: int, skipped: Mapping | None = None, events: int = 0) -> None:
+        """One batch; raises :class:`InputError` when its records are another format."""
         if not self.watching or records <= 0:
             return
-        if self.fmt == "events":
+        skipped = {what: int(n or 0) for what, n in (skipped or {}).items()}
+        foreign = self.format.foreign
+        if foreign is None:
             lines = [r.encode("utf-8", "replace") if isinstance(r, str) else r for r in dead_raw if r]
-            self.other += sum(_line_kind(line) == "request-log" for line in lines[: self.WATCH])
-            other = "request-log"
-        elif events or request_lines:  # a request log, whatever else the lines hold: watched enough
-            self.seen = self.WATCH
+            kinds = (_line_kind(line) for line in lines[: self.WATCH])
+            self.other.update(k for k in kinds if k != self.fmt and k in registry.names())
+        elif events or any(n for what, n in skipped.items() if what != foreign):
+            self.seen = self.WATCH  # the format's own records, whatever else there is: watched enough
             return
         else:
-            self.other += not_requests
-            other = "text"  # skipped lines keep no text: what they are is not known
+            self.other["text"] += skipped.get(foreign, 0)  # skipped lines keep no text
         self.seen += records
-        if self.other >= self.MIN_LINES and self.other * 2 > self.seen:
-            fix = _FIX.get((self.fmt, other), "").replace("holds", "hold") or (
-                "are not Kafka request-log lines: is --input-format right? (JSON events are --input-format events)"
-            )
+        n = sum(self.other.values())
+        if n >= self.MIN_LINES and n * 2 > self.seen:
             raise InputError(
-                f"{self.other:,} of the first {self.seen:,} records of {self.where} {fix}; the run stops "
+                f"{n:,} of the first {self.seen:,} records of {self.where} {self._said()}; the run stops "
                 "here, and this batch is not written"
             )
+
+    def _said(self) -> str:
+        kind = self.other.most_common(1)[0][0]
+        said = (fix(self.fmt, kind) or "").replace("holds", "hold", 1)
+        if said:
+            return said
+        default = registry.entry(registry.DEFAULT)
+        return (
+            f"are not {self.format.entry.noun}: is --input-format right? ({default.noun} are "
+            f"--input-format {default.name})"
+        )

@@ -1,6 +1,23 @@
-"""The fast path of parsing: certify plain events in Arrow and fold them, in one pass.
+"""pidquota's JSON events (``--input-format events``): one flat JSON object per line, and
+the fast path of reading them: certify plain events in Arrow and fold them, in one pass.
 
-Spark's strict parse (``streaming/parse.py``) is exact but slow: every record
+An event is one JSON object per produce request (or per granted PID):
+
+================ ======== ======== =========================================
+field            type     required meaning
+================ ======== ======== =========================================
+timestamp        int64    yes      request time at the broker, ms since epoch
+principal        string   yes      the Kafka principal, e.g. ``User:alice``
+producer_id      int64    yes      the PID; -1 (any negative) = not idempotent
+producer_epoch   int16    no       the producer epoch (default -1)
+client_id        string   no       the client.id
+broker_id        int32    no       the broker that served the request
+transactional_id string   no       the transactional.id, if any
+topic            string   no       a topic of the request
+partition        int32    no       a partition of the request
+================ ======== ======== =========================================
+
+Spark's strict parse (``formats/events_spark.py``) is exact but slow: every record
 becomes a ``VARIANT`` and every field is checked with a dozen expressions.
 Nearly every record in real traffic is a plain event, one flat object whose
 values are integers and strings without escapes, so each micro-batch goes
@@ -51,9 +68,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from pidquota.quota.client import COLUMNS as CLIENT_COLUMNS
-from pidquota.quota.client import SEP
-from pidquota.streaming.schema import EVENT_FIELDS
+from pidquota.conf import jsontext
+from pidquota.conf.formats import entry
+from pidquota.formats.folded import FOLDED, as_binary, client_column, fold, folded_batch
+
+# (name, type, required, inclusive range or None); type: "string", "int64" or "int32".
+EVENT_FIELDS: tuple[tuple[str, str, bool, tuple[int, int] | None], ...] = (
+    ("timestamp", "int64", True, (0, 253_402_300_799_999)),  # up to 9999-12-31
+    ("principal", "string", True, None),
+    ("producer_id", "int64", True, None),
+    ("producer_epoch", "int32", False, (-1, 32_767)),
+    ("client_id", "string", False, None),
+    ("broker_id", "int32", False, (0, 2**31 - 1)),
+    ("transactional_id", "string", False, None),
+    ("topic", "string", False, None),
+    ("partition", "int32", False, (0, 2**31 - 1)),
+)
 
 # Longer records go to the strict parse. Within 1000 bytes there is no room for what
 # Spark's JSON parser refuses by length and Arrow's accepts: a number of 1000 digits, a
@@ -66,24 +96,9 @@ _PLAIN = r"^\{[^{}\[\]\\\x00-\x1f]*\}$"
 _NON_FINITE = r"[:,]\s*-?(NaN|Inf)"
 _ALNUM = "[0-9A-Za-z]"
 _READ_SCHEMA = pa.schema(
-    [(name, pa.string() if t.typeName() == "string" else pa.int64()) for name, t, _, _ in EVENT_FIELDS]
+    [(name, pa.string() if t == "string" else pa.int64()) for name, t, _, _ in EVENT_FIELDS]
 )
 _BOUNDS = {name: bounds for name, _, _, bounds in EVENT_FIELDS if bounds}
-FOLDED = (
-    ("f_principal", pa.string()),
-    ("f_producer_ids", pa.list_(pa.int64())),
-    ("f_timestamps", pa.list_(pa.int64())),
-    ("f_epochs", pa.list_(pa.int32())),
-    # The clients of the sightings that name one (``pidquota.quota.client``): each PID once,
-    # with its joined identity, in step. Null when no sighting names a client.
-    ("f_client_pids", pa.list_(pa.int64())),
-    ("f_clients", pa.list_(pa.string())),
-    ("f_max_ts", pa.int64()),
-    # A row the source judged itself (``streaming/request_log.py``): a dead letter's JSON
-    # (raw, reason, source), or lines skipped per kind ({"skipped": {...}}); principal "".
-    ("f_dead", pa.string()),
-    ("check", pa.bool_()),
-)
 
 
 def _read(values: pa.Array) -> pa.Table | None:
@@ -162,116 +177,6 @@ def _certified(table: pa.Table, fallback: pa.Array | None, max_principal: int) -
     return pc.fill_null(ok, False), ts
 
 
-def client_column(table: pa.Table, plain: bool = False) -> pa.Array:
-    """Each row's client identity joined into one string (``pidquota.quota.client``), from
-    whichever of its columns ``table`` has (``broker_id`` stands for ``broker``); null
-    where none is known. ``plain``: the values hold no control character (the screen's
-    certified records), so none holds the separator either."""
-    n = table.num_rows
-    parts, known = [], pa.array(np.zeros(n, dtype=bool))
-    for name in CLIENT_COLUMNS:
-        source = "broker_id" if name == "broker" and "broker_id" in table.column_names else name
-        if source not in table.column_names:
-            parts.append(pa.repeat(pa.scalar("", pa.string()), n))
-            continue
-        col = pc.cast(table[source], pa.string())
-        known = pc.or_(known, pc.fill_null(pc.not_equal(col, ""), False))
-        parts.append(pc.fill_null(col if plain else pc.replace_substring(col, SEP, " "), ""))  # never splits
-    joined = pc.binary_join_element_wise(*parts, SEP)
-    return pc.if_else(known, joined, pa.scalar(None, pa.string()))
-
-
-def fold(events: pa.Table) -> pa.Table:
-    """One row per principal: its sightings' PIDs, timestamps and epochs (in step), and
-    the newest timestamp. A batch's rows then cost per principal, not per event, on
-    their way through Spark's shuffle and into the stateful operator's pandas.
-
-    With a ``client`` column (a joined identity), each PID that has one is listed once
-    more, in ``client_pids`` with its identity in ``clients``: the least identity among its
-    sightings, so any split of the batch into partitions agrees."""
-    folded = events.group_by(["principal"], use_threads=False).aggregate(
-        [("producer_id", "list"), ("timestamp", "list"), ("producer_epoch", "list"), ("timestamp", "max")]
-    )
-    named = events.filter(pc.is_valid(events["client"])) if "client" in events.column_names else None
-    if named is None or not named.num_rows:
-        n = folded.num_rows
-        return folded.append_column("client_pids", pa.nulls(n, pa.list_(pa.int64()))).append_column(
-            "clients", pa.nulls(n, pa.list_(pa.string()))
-        )
-    # The least identity per PID, by each identity's rank in the batch's sorted dictionary:
-    # a minimum over integers, not strings (the identities are few, the sightings many).
-    encoded = pc.dictionary_encode(named["client"].combine_chunks())
-    order = pc.array_sort_indices(encoded.dictionary).to_numpy()
-    rank = np.empty(len(order), np.int32)
-    rank[order] = np.arange(len(order), dtype=np.int32)
-    ranked = named.select(["principal", "producer_id"]).append_column(
-        "rank", pa.array(rank[encoded.indices.to_numpy(zero_copy_only=False)])
-    )
-    per_pid = ranked.group_by(["principal", "producer_id"], use_threads=False).aggregate([("rank", "min")])
-    lists = per_pid.group_by(["principal"], use_threads=False).aggregate(
-        [("producer_id", "list"), ("rank_min", "list")]
-    )
-    ranks = lists["rank_min_list"].combine_chunks()
-    clients = pa.ListArray.from_arrays(
-        ranks.offsets, encoded.dictionary.take(pa.array(order)).take(ranks.values)
-    )
-    at = pc.index_in(folded["principal"], lists["principal"])  # Acero's join takes no list columns
-    return folded.append_column("client_pids", pc.take(lists["producer_id_list"], at)).append_column(
-        "clients", pc.take(clients, at)
-    )
-
-
-def folded_batch(folded: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
-    """Folded events (:func:`fold`) as screened rows of ``schema`` (the line columns null)."""
-    n = folded.num_rows
-    cols = [
-        folded["principal"],
-        folded["producer_id_list"],
-        folded["timestamp_list"],
-        folded["producer_epoch_list"],
-        folded["client_pids"],
-        folded["clients"],
-        folded["timestamp_max"],
-        pa.nulls(n, pa.string()),
-        pa.array(np.zeros(n, dtype=bool)),
-    ]
-    cols = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in cols]
-    cols = [c.cast(t) for c, (_, t) in zip(cols, FOLDED, strict=True)]
-    cols += [pa.nulls(n, f.type) for f in schema][len(cols) :]
-    return pa.RecordBatch.from_arrays(cols, schema=schema)
-
-
-def judged_batch(dead: list[str], schema: pa.Schema) -> pa.RecordBatch:
-    """Rows the source judged itself (``f_dead`` JSON texts), principal "" and nothing to check."""
-    n = len(dead)
-    cols = [pa.array([""] * n, pa.string())] + [pa.nulls(n, t) for _, t in FOLDED[1:-2]]
-    cols += [pa.array(dead, pa.string()), pa.array(np.zeros(n, dtype=bool))]
-    cols += [pa.nulls(n, f.type) for f in schema][len(cols) :]
-    return pa.RecordBatch.from_arrays(cols, schema=schema)
-
-
-# A source option: screen the lines in the source itself, with this principal length
-# limit. The lines then never cross to the JVM and back to Python for the screen:
-# only the folded rows and the unchecked lines do.
-OPTION = "screenMaxPrincipal"
-
-
-def screen_limit(options) -> int | None:
-    """The source option's principal length limit, or None: the source yields lines."""
-    value = options.get(OPTION) or options.get(OPTION.lower())
-    return int(value) if value else None
-
-
-def as_binary(schema: pa.Schema) -> pa.Schema:
-    """A line schema with ``value`` as binary, as the screen takes it."""
-    return schema.set(schema.get_field_index("value"), pa.field("value", pa.binary()))
-
-
-def screened_schema(line_schema: pa.Schema) -> pa.Schema:
-    """What a screening source yields: the folded columns, then the line columns."""
-    return pa.schema([*FOLDED, *as_binary(line_schema)])
-
-
 class Screen:
     """``mapInArrow`` function: line batches in (``value`` binary plus the source's
     columns), folded certified events and unchecked lines out (``schema``)."""
@@ -324,3 +229,37 @@ class Screen:
         cols = [pa.nulls(n, t) for _, t in FOLDED[:-1]] + [pa.array(np.ones(n, dtype=bool))]
         cols += [lines.column(f.name) for f in self.line_schema]
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+
+
+def recognise(text: str) -> bool:
+    """A line is an event when it is a JSON object with a ``principal`` or a ``producer_id``."""
+    if not text.startswith("{"):
+        return False
+    try:
+        value = jsontext.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and ("principal" in value or "producer_id" in value)
+
+
+class Events:
+    """The JSON event format (``pidquota.formats`` protocol): lines the screen cannot certify
+    take Spark's strict parse (``events_spark.parse_events``), which names each dead letter."""
+
+    entry = entry("events")
+    reads = "lines"
+    strict = "events_spark.parse_events"
+    foreign = None
+    recognise = staticmethod(recognise)
+
+    def said(self, config) -> str:
+        return ""
+
+    def options(self, config) -> dict[str, str]:
+        return {"inputFormat": self.entry.name}
+
+    def screen(self, line_schema: pa.Schema, max_principal: int, options=None, broker_of=None) -> Screen:
+        return Screen(as_binary(line_schema), max_principal)
+
+
+FORMAT = Events()
