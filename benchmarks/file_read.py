@@ -5,7 +5,7 @@
 Both read the same JSON-lines files, one file per micro-batch (availableNow),
 into a noop sink, in one SparkSession, side by side; then the whole enforcer
 runs on each source and the decisions are compared. pidquota reads files with
-its own source (streaming/sources/files.py) for a fixed order and names Spark's
+its own source (sources/files.py) for a fixed order and names Spark's
 would skip; this prints what that costs. Asserts nothing.
 """
 

@@ -10,7 +10,7 @@ partitions, through:
 
 * ``old``: kafka-python's ``KafkaConsumer`` (per-record ``ConsumerRecord``s, CRC
   checks), each value decoded and the Arrow batch built from Python lists, as
-  ``KafkaStreamReader.read`` did before ``streaming/sources/kafka/fetch.py``;
+  ``KafkaStreamReader.read`` did before ``sources/kafka/fetch.py``;
 * ``new``: ``KafkaStreamReader.read`` as it is (Fetch requests, numpy decode).
 
 Prints records/s of each (best of --repeat) and checks both yield identical
@@ -57,11 +57,11 @@ def produce(bootstrap: str, topic: str, partitions: int, events: int) -> None:
 
 
 def old_read(part) -> list[pa.RecordBatch]:
-    """The read path before streaming/sources/kafka/fetch.py, condensed (same consumer settings)."""
+    """The read path before sources/kafka/fetch.py, condensed (same consumer settings)."""
     from kafka import TopicPartition
 
+    from pidquota.sources.kafka.records import ARROW
     from pidquota.store.kafka import consumer
-    from pidquota.streaming.sources.kafka.records import ARROW
 
     tp = TopicPartition(part.topic, part.partition)
     c = consumer(
@@ -101,7 +101,7 @@ def timed(read, parts, repeat: int) -> tuple[float, pa.Table]:
 def compare_paths(bootstrap: str, topic: str, repeat: int) -> None:
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from pidquota.streaming.sources.kafka.source import KafkaStreamReader
+    from pidquota.sources.kafka.source import KafkaStreamReader
 
     reader = KafkaStreamReader({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
     start = reader.initialOffset()
@@ -122,7 +122,7 @@ def compare_decoders(bootstrap: str, topic: str, repeat: int) -> None:
     from kafka import TopicPartition
     from kafka.record import MemoryRecords
 
-    from pidquota.streaming.sources.kafka import connection, fetch
+    from pidquota.sources.kafka import connection, fetch
 
     conn = connection.Connection({"kafka.bootstrap.servers": bootstrap})
     tp = TopicPartition(topic, 0)
@@ -154,7 +154,7 @@ def compare_decoders(bootstrap: str, topic: str, repeat: int) -> None:
 
 
 def _decoded(records: bytes):
-    from pidquota.streaming.sources.kafka import records
+    from pidquota.sources.kafka import records
 
     return records.arrow_batches(records.decode(records, 0, 1 << 62), topic="t", partition=0)
 

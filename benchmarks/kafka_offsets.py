@@ -38,7 +38,7 @@ def main() -> None:
     from kafka.admin import NewTopic
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from pidquota.streaming.sources.kafka.source import KafkaStreamReader
+    from pidquota.sources.kafka.source import KafkaStreamReader
 
     broker, bootstrap = start_kafka()
     work = tempfile.mkdtemp(prefix="pidquota-obench-")

@@ -73,11 +73,11 @@ def main() -> None:
     from kafka import KafkaAdminClient, KafkaProducer
     from kafka.admin import NewTopic
 
+    from pidquota.sources.kafka.source import KafkaSource
     from pidquota.store.kafka import KafkaUrl
     from pidquota.streaming import query as q
     from pidquota.streaming.outputs.sink import JsonlSink
     from pidquota.streaming.session import spark_session
-    from pidquota.streaming.sources.kafka.source import KafkaDataSource
 
     broker, bootstrap = start_kafka()
     work = Path(tempfile.mkdtemp(prefix="pidquota-kbench-"))
@@ -96,7 +96,7 @@ def main() -> None:
 
         config = load(environ={}, overrides={"pidquota.max.events.per.trigger": "100000"})
         spark = spark_session(config)
-        spark.dataSource.register(KafkaDataSource)
+        spark.dataSource.register(KafkaSource)
         topic = KafkaUrl.parse(f"kafka://{bootstrap}/events")
         quotas = StaticQuotas.from_file(config.quotas_path())
 

@@ -33,8 +33,8 @@ from benchmarks.broker import start_kafka
 from pidquota.conf.loader import load
 from pidquota.formats.record_batches import AuditScreen
 from pidquota.quota import StaticQuotas
+from pidquota.sources.kafka.records import ARROW, batch_headers, walk
 from pidquota.store.owners import Owners
-from pidquota.streaming.sources.kafka.records import ARROW, batch_headers, walk
 from pidquota.traffic.generator import TrafficGenerator
 
 T0 = 1_767_225_600_000
@@ -97,12 +97,12 @@ def _produce(bootstrap: str, events: int) -> int:
 
 
 def through_the_enforcer(events: int) -> None:
+    from pidquota.sources.kafka.source import KafkaSource
     from pidquota.store.kafka import KafkaUrl
     from pidquota.streaming import query as q
     from pidquota.streaming.outputs.reader import read_output
     from pidquota.streaming.outputs.sink import JsonlSink
     from pidquota.streaming.session import spark_session
-    from pidquota.streaming.sources.kafka.source import KafkaDataSource
 
     broker, bootstrap = start_kafka()
     work = Path(tempfile.mkdtemp(prefix="pidquota-audit-bench-"))
@@ -110,7 +110,7 @@ def through_the_enforcer(events: int) -> None:
         sent = _produce(bootstrap, events)
         base = {"pidquota.spark.shuffle.partitions": "2", "pidquota.max.events.per.trigger": "0"}
         spark = spark_session(load(overrides=base, environ={}))
-        spark.dataSource.register(KafkaDataSource)
+        spark.dataSource.register(KafkaSource)
         url = KafkaUrl.parse(f"kafka://{bootstrap}/events")
         quotas = StaticQuotas({"<default>": 200})
         took = {}

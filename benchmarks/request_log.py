@@ -35,7 +35,7 @@ from pidquota.conf.loader import load
 from pidquota.formats.events import Screen
 from pidquota.formats.request_log import Options, RequestLogScreen
 from pidquota.quota import StaticQuotas
-from pidquota.streaming.sources.files import read_lines
+from pidquota.sources.files import read_lines
 from pidquota.traffic.generator import TrafficGenerator
 from pidquota.traffic.request_log import RequestLog
 

@@ -227,7 +227,7 @@ def failed_input(ckpt: Path) -> str | None:
 
     Worked example: offsets/2 ``{"files": 5}``, offsets/1 ``{"files": 3}``, no commits/2:
     ``batch 2, which read in/c.jsonl, in/d.jsonl``."""
-    from pidquota.streaming.sources import listing
+    from pidquota.sources import listing
 
     try:
         planned = [int(p.name) for p in (ckpt / "offsets").iterdir() if p.name.isdigit()]

@@ -69,8 +69,8 @@ def check_input(source: Source, fmt: str | None = None) -> None:
     with ``fmt``, so does one whose files that format cannot read (``formats/recognise.py``)."""
     if source.kind == "file":
         from pidquota.formats.recognise import check_files
-        from pidquota.streaming.sources.listing import check_input as check_file
-        from pidquota.streaming.sources.listing import scan
+        from pidquota.sources.listing import check_input as check_file
+        from pidquota.sources.listing import scan
 
         check_file(source.shown)
         if fmt is not None:

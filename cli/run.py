@@ -393,7 +393,7 @@ def _lines(
 ):
     """The input as a stream of lines."""
     from pidquota.streaming import query as q
-    from pidquota.streaming.sources.kafka.source import KafkaDataSource
+    from pidquota.streaming.outputs.kafka import KafkaDataSource
 
     spark.dataSource.register(KafkaDataSource)  # the Kafka source, and the sink's Kafka outputs
     screen = config["pidquota.principal.max.length"]  # the sources screen their own lines
@@ -403,8 +403,8 @@ def _lines(
         max_files = config["pidquota.max.events.per.trigger"]
         fmt, follow = q.input_format(config), q.follows(config)
         return q.file_source(spark, args.input, max_files, checkpoint, stop, screen, fmt, follow)
-    from pidquota.streaming import stopping
-    from pidquota.streaming.sources.demo import DemoDataSource
+    from pidquota.sources import stopping
+    from pidquota.sources.demo import DemoDataSource
 
     spark.dataSource.register(DemoDataSource)
     demo = spark.readStream.format("pidquota-demo").option("speed", speed).option(stopping.OPTION, stop)

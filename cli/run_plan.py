@@ -120,7 +120,8 @@ def actuator_shown(config, act) -> str:
             rate = config["pidquota.actuator.connection.rate"]
             parts.append(f"connection_creation_rate {rate:g} on each client address a user has to itself")
         elif mechanism != "request-quota":
-            parts.append(f"no connection rate: {fmt.name} names no client's address")
+            naming = " or ".join(e.name for e in registry.FORMATS if "client_address" in e.clients)
+            parts.append(f"no connection rate: only {naming} names the clients' addresses")
         mechanism += f" ({'; '.join(parts)})"
     elif mechanism == "broker-plugin":
         mechanism += (
@@ -142,7 +143,7 @@ def actuator_shown(config, act) -> str:
 
 def reading(config, reads: checkpoints.Source) -> tuple[str, bool]:
     """How the input is read: its format, and whether its files are followed."""
-    from pidquota.streaming.sources.follow import follows
+    from pidquota.sources.follow import follows
 
     return config["pidquota.input.format"], reads.kind == "file" and follows(config)
 
@@ -201,7 +202,7 @@ def _start_up_checks(
     if reads.kind != "file":
         ckpt = local_path(checkpoint)
         return reads, ckpt is not None and (ckpt / "offsets").is_dir()
-    from pidquota.streaming.sources.listing import start_up_notes
+    from pidquota.sources.listing import start_up_notes
 
     notes, resumed = start_up_notes(args.input, checkpoint, config["pidquota.input.format"])
     for note in notes:

@@ -29,7 +29,7 @@ class Signals:
     handler calls into the JVM from inside the signal handler while the main
     thread is in a call to it, and prints about 50 lines of py4j tracebacks).
     This one only records the signal and touches the sources' stop flag
-    (``streaming/stopping.py``); the wait loop sees it within a second. A
+    (``sources/stopping.py``); the wait loop sees it within a second. A
     second signal exits at once (the checkpoint is safe at any point), saying
     what it leaves held (:attr:`left_behind`); one within ``SAME_STOP_S`` of the
     first is the same stop, sent to the whole process group.

@@ -1,6 +1,6 @@
 """Input formats: what pidquota's inputs mean, one module per format behind one protocol.
 
-A *transport* (files, followed files, Kafka topics, the demo: ``pidquota.streaming.sources``)
+A *transport* (files, followed files, Kafka topics, the demo: ``pidquota.sources``)
 brings batches of records and knows no format. A *format* knows no transport: it says what
 its records are and turns a batch of them into *sightings*, ``(principal, producer_id,
 timestamp, producer_epoch, client)``, which the house folds per principal and judges with

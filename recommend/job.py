@@ -101,9 +101,9 @@ def _lines(spark, input_path: str, config, checkpoint: Path) -> DataFrame:
     """The input as the enforcer reads it, each pass from its own checkpoint."""
     screen = config["pidquota.principal.max.length"]
     if input_path.startswith("kafka://"):
-        from pidquota.streaming.sources.kafka.source import KafkaDataSource
+        from pidquota.sources.kafka.source import KafkaSource
 
-        spark.dataSource.register(KafkaDataSource)
+        spark.dataSource.register(KafkaSource)
         return q.kafka_source(spark, KafkaUrl.parse(input_path), config, screen=screen)
     max_files = config["pidquota.max.events.per.trigger"]
     return q.file_source(

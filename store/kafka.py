@@ -290,7 +290,7 @@ def read_to_end(options: dict, topic: str, timeout_ms: int):
 def fetch_client(options: dict, **extra):
     """kafka-python's connection layer (``KafkaNetClient``: metadata, connections,
     requests), bootstrapped, for the Kafka source's own Fetch requests
-    (``streaming/sources/kafka/connection.py``); the same ``kafka.*`` options as the producer."""
+    (``sources/kafka/connection.py``); the same ``kafka.*`` options as the producer."""
     from kafka.net.compat import KafkaNetClient
 
     def bootstrapped(**kwargs):

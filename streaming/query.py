@@ -18,8 +18,8 @@ from pidquota.conf.paths import local_path
 from pidquota.formats.folded import FOLDED, KIND_DEAD, KIND_EVENT
 from pidquota.formats.folded import OPTION as SCREEN_OPTION
 from pidquota.quota import QuotaSettings, QuotaSource
+from pidquota.sources import stopping
 from pidquota.store.kafka import security_options
-from pidquota.streaming import stopping
 from pidquota.streaming.columns import DEAD_PRINCIPAL
 from pidquota.streaming.compact import COMPACT_SCHEMA, compact
 from pidquota.streaming.operator import make_state_function
@@ -43,7 +43,7 @@ def input_format(config: Config) -> dict[str, str]:
 
 def follows(config: Config) -> bool:
     """Whether a file input is followed as it grows (``pidquota.input.follow``)."""
-    from pidquota.streaming.sources.follow import follows as following
+    from pidquota.sources.follow import follows as following
 
     return following(config)
 
@@ -67,7 +67,7 @@ def file_source(
     follow: bool = False,
 ) -> DataFrame:
     """A file, or a folder of them, as a stream of ``value`` lines
-    (``streaming/sources/files.py``: a fixed order, and every file named is read).
+    (``sources/files.py``: a fixed order, and every file named is read).
     ``screen`` (the principal length limit) makes the source screen its lines
     itself (``formats/events.py``), for :func:`enforcer`; ``fmt``: the input format's
     options (:func:`input_format`); ``follow``: read the new lines of growing files."""
@@ -78,8 +78,8 @@ def file_source(
             f"--input-format {entry.name} reads {entry.noun} from Kafka topics; {path!r} is a file "
             "input: give --input kafka://HOST[:PORT]/TOPIC[,TOPIC...]"
         )
-    from pidquota.streaming.sources.files import FilesDataSource
-    from pidquota.streaming.sources.listing import LEDGER, check_input
+    from pidquota.sources.files import FilesDataSource
+    from pidquota.sources.listing import LEDGER, check_input
 
     check_input(path)
     p = Path(path)

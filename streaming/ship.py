@@ -32,6 +32,7 @@ SUBPACKAGES = (
     "actuate",
     "traffic",
     "formats",
+    "sources",
     "streaming",
     "observe",
     "recommend",

@@ -1,7 +1,8 @@
 """pidquota's layers point one way, and no modules import each other in a circle.
 
 Layers, bottom first: conf; bloom; quota; store, actuate and traffic; formats (what an
-input's records mean); streaming (the Spark query, its sources and outputs); observe and
+input's records mean); sources (where they come from: files, followed files, Kafka topics, the
+demo); streaming (the Spark query and its outputs); observe and
 recommend; cli. Lazy imports (inside a
 function) count too: they run on some path, and a circle hidden in a function is still
 a circle.
@@ -25,9 +26,10 @@ BELOW = {
     "actuate": {"conf", "bloom", "quota", "store"},
     "traffic": {"conf", "bloom", "quota", "store"},
     "formats": {"conf", "bloom", "quota", "store"},
-    "streaming": {"conf", "bloom", "quota", "store", "actuate", "traffic", "formats"},
-    "observe": {"conf", "bloom", "quota", "store", "actuate", "traffic", "formats", "streaming"},
-    "recommend": {"conf", "bloom", "quota", "store", "traffic", "formats", "streaming"},
+    "sources": {"conf", "bloom", "quota", "store", "traffic", "formats"},
+    "streaming": {"conf", "bloom", "quota", "store", "actuate", "traffic", "formats", "sources"},
+    "observe": {"conf", "bloom", "quota", "store", "actuate", "traffic", "formats", "sources", "streaming"},
+    "recommend": {"conf", "bloom", "quota", "store", "traffic", "formats", "sources", "streaming"},
     "cli": {
         "conf",
         "bloom",
@@ -36,6 +38,7 @@ BELOW = {
         "actuate",
         "traffic",
         "formats",
+        "sources",
         "streaming",
         "observe",
         "recommend",

@@ -47,6 +47,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from pidquota.conf.settings import BY_NAME
+from pidquota.sources.kafka.source import KafkaSource
 from pidquota.store.kafka import KafkaError, bounded, fenced, normalized
 from pidquota.store.kafka import consumer as kafka_consumer
 from pidquota.store.kafka import producer as kafka_producer
@@ -357,3 +358,15 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             batchId,
             _total(messages),
         )
+
+
+class KafkaDataSource(KafkaSource):
+    """``pidquota-kafka``, read and written: the Kafka source (``pidquota.sources.kafka``) and
+    the writers above under one name, ``spark.readStream.format("pidquota-kafka")`` and
+    ``df.write.format("pidquota-kafka")``. Register this one where anything is written."""
+
+    def writer(self, schema, overwrite: bool):
+        return KafkaBatchWriter(self.options)
+
+    def streamWriter(self, schema, overwrite: bool):
+        return KafkaStreamWriter(self.options)

@@ -135,7 +135,7 @@ def test_a_run_acts_a_kill_9_leaves_it_held_and_the_restart_keeps_then_lifts_it_
     assert done.returncode == 0, done.stderr[-3000:]
     assert (
         "pidquota: actuator request-quota+connection-rate (request_percentage 1; no connection rate: only "
-        f"the request log names the clients' addresses) on {kafka.bootstrap}"
+        f"kafka-request-log names the clients' addresses) on {kafka.bootstrap}"
     ) in done.stdout
     from pidquota.streaming.outputs.reader import output_files
 

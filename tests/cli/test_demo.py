@@ -8,7 +8,7 @@ import pytest
 
 from pidquota.conf.loader import DEFAULT_QUOTAS
 from pidquota.quota import StaticQuotas
-from pidquota.streaming.sources.demo import DemoStreamReader
+from pidquota.sources.demo import DemoStreamReader
 from pidquota.traffic.generator import TrafficGenerator
 
 HOUR = 3_600_000

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from pidquota.cli import checkpoints
 from pidquota.cli.run import _query_failed
-from pidquota.streaming.sources import listing
+from pidquota.sources import listing
 
 
 def _checkpoint(tmp_path: Path, offsets: list[dict], committed: int) -> Path:

@@ -139,7 +139,7 @@ def test_a_store_left_in_the_working_folder_by_an_earlier_pidquota_is_still_used
 def test_the_readmes_events_flow_reads_the_events_alone(tmp_path, capsys, no_spark):
     """generate --output in/events.jsonl, then run --input in: its summary beside the events
     is hidden, so the folder holds one file to read (it was read as 68 dead letters)."""
-    from pidquota.streaming.sources.listing import scan
+    from pidquota.sources.listing import scan
 
     events = tmp_path / "in" / "events.jsonl"
     assert main(["generate", "--duration", "1m", "--output", str(events)]) == 0

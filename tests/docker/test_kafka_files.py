@@ -1,6 +1,6 @@
 """The broker files under docker/kafka/ are the ones the tests' Apache Kafka runs, and every
 log4j2 snippet docs/real-cluster.md shows is a piece of one of them, word for word: a snippet
-an operator copies has run on a real broker (tests/streaming/sources/test_request_log_broker.py
+an operator copies has run on a real broker (tests/sources/test_request_log_broker.py
 runs log4j2.yaml, turned off and on, and log4j2-init-producer-id.yaml)."""
 
 import re
@@ -13,7 +13,7 @@ KAFKA = ROOT / "docker" / "kafka"
 PAGE = ROOT / "docs" / "real-cluster.md"
 RUN = {  # file -> the test code that starts a broker with it
     "log4j2.yaml": ROOT / "scripts" / "kafka_broker.py",
-    "log4j2-init-producer-id.yaml": ROOT / "tests" / "streaming" / "sources" / "test_request_log_broker.py",
+    "log4j2-init-producer-id.yaml": ROOT / "tests" / "sources" / "test_request_log_broker.py",
 }
 
 

@@ -10,9 +10,9 @@ import pytest
 
 from pidquota.conf.errors import ConfigError
 from pidquota.formats.record_batches import CONTROL_BATCH, LEGACY, NO_PRODUCER_ID, NO_TIMESTAMP, AuditScreen
+from pidquota.sources.kafka.records import ARROW, HEADERS, batch_headers, walk
 from pidquota.store.keys import Keys
 from pidquota.store.owners import Owners, load_owners
-from pidquota.streaming.sources.kafka.records import ARROW, HEADERS, batch_headers, walk
 
 T0 = 1_767_225_600_000
 
@@ -146,7 +146,7 @@ def test_output_topics_on_several_brokers_are_one_topic_each():
 
 
 def test_a_pattern_never_matches_pidquotas_own_outputs_and_a_deleted_match_is_not_data_loss(caplog):
-    from pidquota.streaming.sources.kafka.source import KafkaStreamReader
+    from pidquota.sources.kafka.source import KafkaStreamReader
 
     class Client:
         def topics(self):

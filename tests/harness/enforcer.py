@@ -86,7 +86,7 @@ class Enforcer:
         """Everything available in a Kafka topic, like ``run --input kafka://... --once``."""
         from pidquota.store.kafka import KafkaUrl
         from pidquota.streaming import query as q
-        from pidquota.streaming.sources.kafka.source import KafkaDataSource
+        from pidquota.streaming.outputs.kafka import KafkaDataSource
 
         self.spark.dataSource.register(KafkaDataSource)
         return self._run(

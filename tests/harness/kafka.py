@@ -190,7 +190,7 @@ class ApacheKafka:
 # -- the Kafka source's reader as Spark calls it, without Spark ---------------------------------
 def reader(kafka, topic: str, **options):
     """The Kafka source's reader for ``topic`` on ``kafka`` (an :class:`ApacheKafka`)."""
-    from pidquota.streaming.sources.kafka.source import KafkaStreamReader
+    from pidquota.sources.kafka.source import KafkaStreamReader
 
     return KafkaStreamReader({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, **options})
 

@@ -21,9 +21,9 @@ from pidquota.conf.loader import load
 from pidquota.quota import StaticQuotas
 from pidquota.store.kafka import KafkaUrl
 from pidquota.streaming import query as q
+from pidquota.streaming.outputs.kafka import KafkaDataSource
 from pidquota.streaming.outputs.reader import read_output
 from pidquota.streaming.outputs.sink import JsonlSink
-from pidquota.streaming.sources.kafka.source import KafkaDataSource
 from pidquota.traffic.generator import TrafficGenerator
 
 pytestmark = [pytest.mark.kafka]

@@ -36,7 +36,7 @@ def test_the_zip_is_the_code_without_caches_and_the_same_bytes_each_time(tmp_pat
     assert (
         "pidquota/__init__.py" in names
         and "pidquota/cli/main.py" in names
-        and "pidquota/streaming/sources/kafka/fetch.py" in names
+        and "pidquota/sources/kafka/fetch.py" in names
         and "pidquota/conf/pidquota.properties" in names
         and "pidquota/conf/log4j2.properties" in names
     )

@@ -1,4 +1,4 @@
-"""The record batch decoder (streaming/sources/kafka/records.py) and the read loop (fetch.py), without
+"""The record batch decoder (sources/kafka/records.py) and the read loop (fetch.py), without
 a broker or Spark: batches are built with kafka-python's own builders and the
 decoder's rows compared with kafka-python's decoder (MemoryRecords)."""
 
@@ -16,11 +16,11 @@ from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
+from pidquota.sources.kafka import connection
+from pidquota.sources.kafka import fetch as kafka_fetch
+from pidquota.sources.kafka import records as kafka_records
+from pidquota.sources.kafka.records import decode
 from pidquota.store.kafka import KafkaError
-from pidquota.streaming.sources.kafka import connection
-from pidquota.streaming.sources.kafka import fetch as kafka_fetch
-from pidquota.streaming.sources.kafka import records as kafka_records
-from pidquota.streaming.sources.kafka.records import decode
 
 ATTRIBUTES_AT, LAST_DELTA_AT = 21, 23  # byte positions in the batch header
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -225,7 +225,7 @@ def fake(monkeypatch):
 
 
 def read(start, end, **options):
-    from pidquota.streaming.sources.kafka.source import KafkaRange, _lost
+    from pidquota.sources.kafka.source import KafkaRange, _lost
 
     opts = {"kafka.bootstrap.servers": "b:9092", "fetchtimeoutms": "300", **options}
     part = KafkaRange("t", 0, start, end, opts)

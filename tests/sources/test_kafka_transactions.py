@@ -1,4 +1,4 @@
-"""read_committed from the log (streaming/sources/kafka/transactions.py), without Spark.
+"""read_committed from the log (sources/kafka/transactions.py), without Spark.
 
 The source's Fetch requests are read_uncommitted: Apache Kafka hides nothing from them, so
 every test here would see aborted events if the source did not work them out itself. Reads go through ``KafkaStreamReader.latestOffset``, ``partitions`` and ``read``
@@ -13,14 +13,14 @@ from harness.kafka import create, read_rows, reader
 from kafka import KafkaProducer
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from pidquota.store.kafka import KafkaError
-from pidquota.streaming.sources.kafka.transactions import (
+from pidquota.sources.kafka.transactions import (
     ABORT,
     COMMIT,
     Mark,
     PartitionTransactions,
     Transactions,
 )
+from pidquota.store.kafka import KafkaError
 
 
 # -- the bookkeeping alone ------------------------------------------------------------------
@@ -244,8 +244,8 @@ def test_a_reader_starting_inside_an_aborted_batch_drops_the_rest_of_it(kafka):
 
 
 def test_the_log_audit_input_leaves_out_aborted_batches(kafka):
-    from pidquota.streaming.sources.kafka.fetch import read_range
-    from pidquota.streaming.sources.kafka.source import _lost
+    from pidquota.sources.kafka.fetch import read_range
+    from pidquota.sources.kafka.source import _lost
 
     topic = "rc-audit"
     create(kafka, topic)

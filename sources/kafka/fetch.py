@@ -2,11 +2,11 @@
 
 :func:`read_range` reads one input partition, the offsets ``start <= offset <
 end`` of one topic-partition, and yields Arrow batches in the schema of
-``pidquota.streaming.sources.kafka.source`` (value, kafka_topic, kafka_partition, kafka_offset,
+``pidquota.sources.kafka.source`` (value, kafka_topic, kafka_partition, kafka_offset,
 kafka_timestamp). It sends Kafka Fetch requests itself, on kafka-python's
 connection layer (``pidquota.store.kafka.fetch_client``, so the security options apply),
 and decodes the raw ``records`` bytes of each response with numpy
-(``pidquota.streaming.sources.kafka.records``): a Python
+(``pidquota.sources.kafka.records``): a Python
 loop only hops from record to record by their lengths; the other fields, the
 range filter and the gather of the values into one Arrow string column are
 vectorised. No Python object is made per record, and no CRC is checked (the
@@ -34,9 +34,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from pidquota.store.kafka import KafkaError
-from pidquota.streaming.sources.kafka.connection import MAX_RESPONSE, Connection, lease
-from pidquota.streaming.sources.kafka.records import (
+from pidquota.sources.kafka.connection import MAX_RESPONSE, Connection, lease
+from pidquota.sources.kafka.records import (
     TRANSACTIONAL,
     arrow_batches,
     batch_headers,
@@ -45,7 +44,8 @@ from pidquota.streaming.sources.kafka.records import (
     in_aborted,
     walk,
 )
-from pidquota.streaming.sources.kafka.transactions import marks
+from pidquota.sources.kafka.transactions import marks
+from pidquota.store.kafka import KafkaError
 
 log = logging.getLogger("pidquota.kafka")
 FETCH_BYTES = 8 << 20  # max bytes asked per Fetch (grown when one batch is larger)

@@ -36,10 +36,10 @@ from pyspark.sql.streaming.datasource import (
 import pidquota.formats as formats
 from pidquota.conf.settings import BY_NAME
 from pidquota.formats.folded import screen_limit, screened_schema
+from pidquota.sources import stopping
+from pidquota.sources.kafka.records import ARROW, SCHEMA
+from pidquota.sources.kafka.transactions import READ_COMMITTED, READ_UNCOMMITTED, Transactions
 from pidquota.store.kafka import KafkaError, consumer, normalized, parse_starting_offsets, safe_options
-from pidquota.streaming import stopping
-from pidquota.streaming.sources.kafka.records import ARROW, SCHEMA
-from pidquota.streaming.sources.kafka.transactions import READ_COMMITTED, READ_UNCOMMITTED, Transactions
 
 log = logging.getLogger("pidquota.kafka")
 
@@ -139,7 +139,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _scan(self, topic: str, partition: int, start: int, end: int):
         """The transaction marks of a partition's offsets [start, end), read on the driver."""
-        from pidquota.streaming.sources.kafka.fetch import read_range
+        from pidquota.sources.kafka.fetch import read_range
 
         return read_range(KafkaRange(topic, partition, start, end, self.options), _lost, what="marks")
 
@@ -218,7 +218,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         kafka-python lacks). A partition that does not answer is left out."""
         from kafka.errors import KafkaError as ClientError
 
-        from pidquota.streaming.sources.kafka.connection import Connection
+        from pidquota.sources.kafka.connection import Connection
 
         conn, out = Connection(self.options), {}
         try:
@@ -395,7 +395,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executor side -------------------------------------------------------------------
     def read(self, partition: KafkaRange) -> Iterator[pa.RecordBatch]:
-        from pidquota.streaming.sources.kafka.fetch import (
+        from pidquota.sources.kafka.fetch import (
             read_range,  # Fetch requests decoded straight into Arrow
         )
 
@@ -404,9 +404,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return formats.screened(read_range(partition, _lost), ARROW, partition.options)
 
 
-class KafkaDataSource(DataSource):
+class KafkaSource(DataSource):
     """``spark.readStream.format("pidquota-kafka").option("kafka.bootstrap.servers", ...)
-    .option("subscribe", "events").load()``; see the module docstring."""
+    .option("subscribe", "events").load()``; see the module docstring. Its writers are
+    ``pidquota.streaming.outputs.kafka.KafkaDataSource``'s, the same data source with both."""
 
     @classmethod
     def name(cls) -> str:
@@ -417,13 +418,3 @@ class KafkaDataSource(DataSource):
 
     def streamReader(self, schema) -> KafkaStreamReader:
         return KafkaStreamReader(self.options)
-
-    def writer(self, schema, overwrite: bool):
-        from pidquota.streaming.outputs.kafka import KafkaBatchWriter
-
-        return KafkaBatchWriter(self.options)
-
-    def streamWriter(self, schema, overwrite: bool):
-        from pidquota.streaming.outputs.kafka import KafkaStreamWriter
-
-        return KafkaStreamWriter(self.options)

@@ -1,6 +1,6 @@
 """Following growing files (``--follow``): the new bytes of a file that grows are read, a
 rolled file is known as the same stream, and a crash replays exactly. Spark-free: the file
-source (``pidquota.streaming.sources.files``) calls it on the driver.
+source (``pidquota.sources.files``) calls it on the driver.
 
 A broker appends to ``kafka-request.log`` and rolls it every hour by renaming it
 (``kafka-request.log.2026-11-24-13``) and starting a new one. So a file is known by its
@@ -42,7 +42,7 @@ import pidquota.formats.recognise as sniff
 from pidquota.conf import jsontext
 from pidquota.conf.errors import CorruptStateError
 from pidquota.conf.formats import entry
-from pidquota.streaming.sources.listing import scan
+from pidquota.sources.listing import scan
 
 log = logging.getLogger("pidquota.files")
 

@@ -8,7 +8,6 @@ import logging
 import random
 import re
 import time
-from pathlib import Path
 
 import pytest
 from harness.cli import run_cli
@@ -21,11 +20,9 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from pidquota.conf.errors import ConfigError, PidquotaError
+from pidquota.sources.kafka import source as kafka_source
+from pidquota.sources.kafka.source import KafkaStreamReader
 from pidquota.store.kafka import KafkaError, KafkaUrl
-from pidquota.streaming.sources.kafka import source as kafka_source
-from pidquota.streaming.sources.kafka.source import KafkaStreamReader
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def produce_to(kafka, topic: str, counts: list[int]) -> None:

@@ -10,7 +10,7 @@ re-inits (same PID, epoch bumped), and a user refused by an ACL (``producerId`` 
 
 Every INIT_PRODUCER_ID line the broker writes has a shape (API version, idempotent or
 transactional, error code, client software) found in the corpus taken from Apache Kafka's own
-output (``tests/streaming/data/``), where each line is checked against its own JSON. Apache
+output (``tests/sources/data/``), where each line is checked against its own JSON. Apache
 Kafka 3.9.1 (log4j 1, configured as docs/real-cluster.md says) has a corpus of its own, with
 the transactional init it refused while its coordinator loaded (error 14).
 """
@@ -34,7 +34,7 @@ from pidquota.traffic.clients import kafka_python_pid
 
 pytestmark = [pytest.mark.kafka]
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parent / "data"
 CORPUS = sorted(DATA.glob("request-log-apache-kafka-*.log"))
 QUOTAS = {"User:crash-loop": 4, "User:per-batch": 3, "<default>": 100}
 FORMAT = {"pidquota.input.format": "kafka-request-log"}
@@ -326,7 +326,7 @@ def test_the_init_only_filter_keeps_every_init_and_nothing_else(tmp_path):
 
 # -- Kafka before 4.0 -----------------------------------------------------------------------
 KAFKA_3 = "3.9.1"  # the last 3.x; Maven Central serves it with its dependencies
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _docs_pre_4_lines() -> list[str]:

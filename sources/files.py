@@ -6,7 +6,7 @@ with equal modification times in no fixed order, skips names starting with
 a name as a pattern, and ignores a file rewritten under a name it has read.
 Any of these silently changes or loses verdicts (issue 9, items 7 and 8).
 
-This source lists files itself (``pidquota.streaming.sources.listing``):
+This source lists files itself (``pidquota.sources.listing``):
 
 * **Order.** New files are taken by (modification time, path): ties are broken
   by the path, so a folder written in one go is read the same way every time.
@@ -46,9 +46,8 @@ import pidquota.formats as formats
 import pidquota.formats.recognise as sniff
 from pidquota.conf.errors import CorruptStateError
 from pidquota.formats.folded import screen_limit, screened_schema
-from pidquota.streaming import stopping
-from pidquota.streaming.sources import follow
-from pidquota.streaming.sources.listing import (
+from pidquota.sources import follow, stopping
+from pidquota.sources.listing import (
     append_ledger,
     changed_since_read,
     in_progress,
@@ -76,7 +75,7 @@ OPEN_BYTES = 256 << 10
 class FileRange(InputPartition):
     """The lines of one file that start within bytes [start, end), the file read up to
     the size it had when it was listed, so a replay reads the same bytes. ``key``: the
-    identity of a followed file (``streaming/sources/follow.py``), found by it if renamed."""
+    identity of a followed file (``sources/follow.py``), found by it if renamed."""
 
     def __init__(self, path: str, size: int, start: int = 0, end: int | None = None, key: str = ""):
         self.path, self.size, self.start = path, size, start
@@ -260,7 +259,7 @@ def _lines(partition: FileRange) -> Iterator[pa.RecordBatch]:
 
 
 class FollowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Growing files followed (``streaming/sources/follow.py``): offsets are read positions."""
+    """Growing files followed (``sources/follow.py``): offsets are read positions."""
 
     def __init__(self, options: dict):
         options = {str(k).lower(): v for k, v in dict(options).items()}

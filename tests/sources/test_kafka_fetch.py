@@ -1,4 +1,4 @@
-"""The Kafka source's executor side (streaming/sources/kafka/fetch.py), without Spark.
+"""The Kafka source's executor side (sources/kafka/fetch.py), without Spark.
 
 Reads go through ``KafkaStreamReader.partitions`` and ``read`` as Spark would
 call them, against Apache Kafka; the decoder is also fed hand-built record batches.
@@ -126,8 +126,8 @@ def test_rows_equal_kafka_pythons_consumer_on_every_range(kafka):
 
 
 def test_output_schema_and_batch_size(kafka, monkeypatch):
-    from pidquota.streaming.sources.kafka import records
-    from pidquota.streaming.sources.kafka.records import ARROW
+    from pidquota.sources.kafka import records
+    from pidquota.sources.kafka.records import ARROW
 
     kafka.produce("sized", [f"r{i}" for i in range(250)], partitions=1)
     monkeypatch.setattr(records, "BATCH_ROWS", 100)

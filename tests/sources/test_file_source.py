@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from pidquota.streaming.sources import files as fs
-from pidquota.streaming.sources import listing as ls
+from pidquota.sources import files as fs
+from pidquota.sources import listing as ls
 
 
 def _touch(path, text="x\n", mtime_ns=1_700_000_000_000_000_000):

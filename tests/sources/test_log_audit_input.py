@@ -67,8 +67,8 @@ def _codecs(bootstrap: str, topic: str) -> set[int]:
     """The compression codecs of a topic's batches, from their headers (Spark-free)."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from pidquota.streaming.sources.kafka.fetch import read_range
-    from pidquota.streaming.sources.kafka.source import KafkaStreamReader, _lost
+    from pidquota.sources.kafka.fetch import read_range
+    from pidquota.sources.kafka.source import KafkaStreamReader, _lost
 
     reader = KafkaStreamReader({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
     start = reader.initialOffset()

@@ -1,4 +1,4 @@
-"""Following growing files (streaming/sources/follow.py), Spark-free: whole lines only, a
+"""Following growing files (sources/follow.py), Spark-free: whole lines only, a
 rolled file known as the same stream, a file cut shorter named and read again, a reused
 inode told apart, quiet files parked and brought back, and chunks that replay exactly."""
 
@@ -9,7 +9,7 @@ import os
 import pytest
 
 from pidquota.conf.errors import CorruptStateError
-from pidquota.streaming.sources import follow
+from pidquota.sources import follow
 
 
 class Clock:
@@ -151,7 +151,7 @@ def test_a_checkpoint_of_a_file_input_read_once_is_refused(logs):
 
 
 def test_a_followed_checkpoint_is_refused_by_a_file_input_read_once(tmp_path):
-    from pidquota.streaming.sources.files import FileStreamReader
+    from pidquota.sources.files import FileStreamReader
 
     (tmp_path / "in").mkdir()
     reader = FileStreamReader({"path": str(tmp_path / "in"), "ledger": str(tmp_path / "ck" / "l.jsonl")})

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from pidquota.streaming import stopping
+from pidquota.sources import stopping
 from pidquota.traffic.generator import TrafficGenerator
 
 

@@ -1,6 +1,6 @@
 """Which files a file input reads, in which order, and the ledger of files taken. Spark-free:
 the CLI's start-up checks use it before Spark starts, and the file source
-(``pidquota.streaming.sources.files``) lists through it.
+(``pidquota.sources.files``) lists through it.
 
 * **Order.** New files are taken by (modification time, path): ties are broken
   by the path, so a folder written in one go is read the same way every time.

@@ -21,7 +21,7 @@ from pidquota.traffic import request_log as rl
 T0 = 1_767_225_600_000
 CHUNKS = 12
 ROLL_AFTER = (3, 8)  # chunks after which the live file is rolled
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _chunks() -> list[bytes]:

@@ -2,7 +2,7 @@
 
 Some Kafka-protocol brokers (Tansu, which these tests ran on before) under-report ListOffsets
 "latest" at the end of a multi-record batch. These tests produce with batching on, so they would meet the quirk, and the source
-handles it by reading the Fetch high watermark (streaming/sources/kafka/source.py):
+handles it by reading the Fetch high watermark (sources/kafka/source.py):
 the verdicts must still equal the file path's, record for record.
 """
 
@@ -12,8 +12,8 @@ import time
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from pidquota.sources.kafka.source import KafkaStreamReader
 from pidquota.store.kafka import KafkaError, client_kwargs, safe_options
-from pidquota.streaming.sources.kafka.source import KafkaStreamReader
 from pidquota.traffic.generator import TrafficGenerator
 
 QUOTAS = {"<default>": 200, "User:crash-loop": 60, "User:per-batch": 60}
@@ -203,7 +203,7 @@ def test_offsets_that_went_back_are_data_loss_unless_allowed(kafka):
 def test_stream_writer_sends_a_streaming_query_to_kafka(kafka, spark, tmp_path):
     from pidquota.conf.loader import load
     from pidquota.streaming import query as q
-    from pidquota.streaming.sources.kafka.source import KafkaDataSource
+    from pidquota.streaming.outputs.kafka import KafkaDataSource
 
     spark.dataSource.register(KafkaDataSource)
     (tmp_path / "in").mkdir()

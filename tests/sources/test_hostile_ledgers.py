@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pidquota.conf.errors import CorruptStateError
-from pidquota.streaming.sources import follow, listing
+from pidquota.sources import follow, listing
 
 GOOD_FILES = '{"path": "/in/a.jsonl", "mtime_ns": 1, "size": 2}'
 GOOD_FOLLOW = '{"key": "k", "file": ["/in/a.log", 1, 2, 3, "h"]}'
