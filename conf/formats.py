@@ -12,8 +12,8 @@ Spark-free and import-free, so the settings can name the choices at start-up.
 
 Worked example: ``entry("kafka-request-log").follow`` is True (a broker appends to its live
 log), ``entry("record-batches").inputs`` is ``("kafka",)`` (batch headers come from topics),
-and ``entry("csv")`` raises ``ConfigError("--input-format 'csv' is not a format pidquota
-reads; give one of events, kafka-request-log, record-batches")``.
+and ``entry("parquet")`` raises ``ConfigError("--input-format 'parquet' is not a format
+pidquota reads; give one of events, kafka-request-log, ...")``.
 """
 
 from __future__ import annotations

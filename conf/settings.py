@@ -27,6 +27,7 @@ class Setting:
     choices: tuple[str, ...] | None = None
     secret: bool = False
     check: Callable[[Any], str | None] | None = None  # why a value is refused, or None
+    shown_range: str | None = None  # what the docs say of the range, where a check decides it
 
     @property
     def shown_default(self) -> str:
@@ -42,6 +43,8 @@ class Setting:
         return "PIDQUOTA_" + name.replace(".", "_").replace("-", "_").upper()
 
     def range_text(self) -> str:
+        if self.shown_range:
+            return self.shown_range
         if self.type is bool:
             return "true or false"
         if self.choices:
@@ -49,6 +52,14 @@ class Setting:
         lo = "" if self.min is None else (f"> {self.min}" if self.min_exclusive else f">= {self.min}")
         hi = "" if self.max is None else f"<= {self.max}"
         return " and ".join(p for p in (lo, hi) if p) or "any"
+
+
+def _format_problem(name: str) -> str | None:
+    """A format is a line of the registry (conf/formats.py), which the docs do not repeat: a
+    new format is its module and that line."""
+    if name in formats.names():
+        return None
+    return f"is not a format pidquota reads; give one of {', '.join(formats.names())} (pidquota formats)"
 
 
 def _zone_problem(name: str) -> str | None:
@@ -212,9 +223,12 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "events",
         "pidquota's own JSON event is what the demo, the generator and every earlier run read.",
-        f"What the input is: {formats.described()}. docs/real-cluster.md; `pidquota formats` "
-        "lists them. Same as --input-format.",
-        choices=formats.names(),
+        "What the input is: the name of an input format. `pidquota formats` lists them, each "
+        "with what it reads and where from: `events` (one JSON event per line), "
+        "`kafka-request-log` (the brokers' request log: docs/real-cluster.md), ... "
+        "(docs/formats.md). Same as --input-format.",
+        check=_format_problem,
+        shown_range="a format `pidquota formats` lists",
     ),
     Setting(
         "pidquota.audit.owners",
@@ -231,8 +245,8 @@ SETTINGS: tuple[Setting, ...] = (
         "auto",
         "A broker appends to its live request log and rolls it hourly; event files are written once.",
         "Follow growing files: read new whole lines as they are appended, know a rolled "
-        f"(renamed) file as the same stream. auto: as the format says (on for "
-        f"{', '.join(e.name for e in formats.FORMATS if e.follow)}, off for the others). "
+        "(renamed) file as the same stream. auto: as the input format says (on for "
+        "kafka-request-log, off for events; pidquota formats). "
         "Same as --follow / --no-follow.",
         choices=("auto", "true", "false"),
     ),

@@ -54,7 +54,12 @@ def test_a_line_formats_screen_accounts_for_every_line_and_raises_on_none(name):
 
 
 def test_the_registry_names_the_choices_of_the_setting_and_the_flag():
-    assert BY_NAME["pidquota.input.format"].choices == registry.names()
+    for name in registry.names():
+        assert load(None, {"pidquota.input.format": name})["pidquota.input.format"] == name
+    with pytest.raises(
+        ConfigError, match="= 'parquet' .* is not a format pidquota reads; give one of events"
+    ):
+        load(None, {"pidquota.input.format": "parquet"})
     assert (
         registry.DEFAULT in registry.names() and BY_NAME["pidquota.input.format"].default == registry.DEFAULT
     )
@@ -66,9 +71,9 @@ def test_the_registry_names_the_choices_of_the_setting_and_the_flag():
 
 def test_an_unknown_format_names_the_choices():
     with pytest.raises(
-        ConfigError, match="'csv' is not a format pidquota reads; give one of events, kafka-request-log"
+        ConfigError, match="'parquet' is not a format pidquota reads; give one of events, kafka-request-log"
     ):
-        formats.get("csv")
+        formats.get("parquet")
 
 
 def test_an_input_a_format_does_not_come_from_is_refused_with_the_flag():
