@@ -75,6 +75,13 @@ FORMATS: tuple[Entry, ...] = (
         "the log audit: the record batch headers of data topics, no broker change; Kafka inputs only",
         inputs=("kafka",),
     ),
+    Entry(
+        "csv",
+        "csv_sightings",
+        "CSV sightings",
+        "principal,producer_id,timestamp[,epoch[,client_id]] per line",
+        clients=("client_id",),
+    ),
 )
 
 

@@ -15,8 +15,10 @@ from harness.hostile import FAST, SLOW, as_bytes, as_text, hostile_text
 from hypothesis import given
 from hypothesis import strategies as st
 
+import pidquota.formats as formats
 import pidquota.formats.recognise as sniff
 from pidquota.conf.errors import InputError
+from pidquota.conf.loader import load
 from pidquota.formats.events import Screen
 from pidquota.formats.request_log import Options, RequestLogJudge
 from pidquota.traffic import request_log as rl
@@ -52,11 +54,45 @@ def request_lines(draw) -> str | bytes:
     return draw(hostile_text([BODY], ["response"]))
 
 
+LINE_FORMATS = [f.entry.name for f in formats.every() if f.reads == "lines"]
+CSV = ["User:a,7,1767225600000", '"User:CN=a,O=b",8,1767225600001,0,app', "principal,producer_id,timestamp"]
+any_line = (
+    st.sampled_from(EVENTS + CSV + [REQUEST, SHIPPED])
+    | hostile_text(EVENTS, EVENT_FIELDS)
+    | request_lines()
+    | st.text(max_size=300)
+    | st.binary(max_size=300)
+    | st.lists(
+        st.sampled_from(["User:a", "7", "-1", "", '"', '""', "1767225600000", "x" * 300]), max_size=7
+    ).map(",".join)
+)
+
+
 @FAST
-@given(events, st.sampled_from(["events", "kafka-request-log"]))
+@given(st.lists(any_line, min_size=1, max_size=30), st.sampled_from(LINE_FORMATS))
+def test_every_line_formats_screen_accounts_for_every_line_and_raises_on_none(lines, name):
+    """Each registered format's screen (pidquota.formats) over lines of every shape: every line
+    is a sighting, a line left to the strict parse, a dead letter with a reason, or a count."""
+    fmt = formats.get(name)
+    batch = _batch(lines)
+    seen = 0
+    for out in fmt.screen(batch.schema, 256, fmt.options(load(None, {}))).screen(batch):
+        for row in out.to_pylist():
+            if row["check"]:
+                seen += 1
+            elif row["f_dead"]:
+                judged = json.loads(row["f_dead"])
+                seen += sum(judged["skipped"].values()) if "skipped" in judged else bool(judged["reason"])
+            else:
+                seen += len(row["f_timestamps"])
+    assert seen == len(lines)
+
+
+@FAST
+@given(st.lists(any_line, min_size=1, max_size=30), st.sampled_from(LINE_FORMATS))
 def test_the_sniffer_and_the_format_guard_never_fail_on_a_line(lines, fmt):
     head = b"\n".join(as_bytes(x) for x in lines)
-    assert sniff.kind_of(head[: sniff.HEAD]) in ("gzip", "binary", "kafka-request-log", "events", "text")
+    assert sniff.kind_of(head[: sniff.HEAD]) in ("gzip", "binary", "text", *LINE_FORMATS)
     guard = sniff.FormatGuard(fmt, "the test's input")
     try:
         guard.add([as_text(x) for x in lines], len(lines), skipped={"not-a-request": len(lines)})
