@@ -65,7 +65,7 @@ HEAVY_FIRST = (
     "test_packaging.py",
     "streaming/test_replay.py",
     "cli/test_demo.py",
-    "streaming/test_hostile_lines.py",
+    "formats/test_hostile_lines.py",
 )
 
 
