@@ -15,6 +15,10 @@ FETCH and METADATA lines per produce request). Then, side by side in one run:
    source and decided, lines/s and events/s. The log's decisions are compared with those
    of the JSON events of its inits alone: the request log sees one init per PID, where the
    produce events judge a throttled PID again at each request, so those differ by design.
+3. **Against Spark's text source** reading the same log files into a noop sink (issue 43's
+   goal: the enforcer at >= 0.5x of it), and against the enforcer as it was before the
+   formats' rebuild, whose query ran the JSON events' strict parse over every screened row
+   of any format (``--rounds`` alternating runs of each). Their decisions must be identical.
 
 Also prints the log's bytes per line, and so the volume per 1,000 requests/s.
 Asserts nothing.
@@ -87,18 +91,25 @@ def screen_alone(path: Path, screen) -> tuple[float, int]:
     return time.perf_counter() - start, rows
 
 
-def enforce(spark, folder: Path, work: Path, config, name: str) -> tuple[float, list[tuple]]:
+def enforce(spark, folder: Path, work: Path, config, name: str, judged_as=None) -> tuple[float, list[tuple]]:
+    """``run --once`` over ``folder``; ``judged_as``: the settings the query (not the source)
+    is built with, an events config giving the query before the formats' rebuild."""
     from pidquota.streaming import query as q
     from pidquota.streaming.outputs.reader import read_output
     from pidquota.streaming.outputs.sink import JsonlSink
 
     out = work / f"out-{name}"
+    shutil.rmtree(out, ignore_errors=True)
     lines = q.file_source(
         spark, str(folder), 0, str(out / "_ck"), screen=256, fmt=q.input_format(config), follow=False
     )
     start = time.perf_counter()
     query = q.start(
-        q.enforcer(lines, config, StaticQuotas(QUOTAS)), JsonlSink(out), str(out / "_ck"), True, 0
+        q.enforcer(lines, judged_as or config, StaticQuotas(QUOTAS)),
+        JsonlSink(out),
+        str(out / "_ck"),
+        True,
+        0,
     )
     query.awaitTermination()
     took = time.perf_counter() - start
@@ -108,10 +119,24 @@ def enforce(spark, folder: Path, work: Path, config, name: str) -> tuple[float, 
     )
 
 
+def text_read(spark, folder: Path, work: Path) -> float:
+    """Seconds for Spark's own text source to read ``folder`` into a noop sink."""
+    ck = work / "ck-text"
+    shutil.rmtree(ck, ignore_errors=True)
+    start = time.perf_counter()
+    query = (
+        spark.readStream.text(str(folder)).writeStream.format("noop")
+        .option("checkpointLocation", str(ck)).trigger(availableNow=True).start()
+    )  # fmt: skip
+    query.awaitTermination()
+    return time.perf_counter() - start
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=int, default=3, help="minutes of generated traffic (200 requests/s)")
     ap.add_argument("--noise", type=int, default=10, help="FETCH/METADATA lines per produce request")
+    ap.add_argument("--rounds", type=int, default=2, help="alternating runs of text read, before and now")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pidquota-bench-rl-"))
     try:
@@ -146,6 +171,21 @@ def main() -> None:
             f"decisions vs the JSON events of the same inits: {same}, {len(d_rl):,} PIDs, {throttled} throttled"
         )
         print(f"  (the produce events judge a throttled PID again at each request: {len(d_ev):,} decisions)")
+        events_config = load(overrides=base, environ={})
+        text, before, now = [], [], []
+        for r in range(args.rounds):
+            text.append(text_read(spark, log.parent, work))
+            t, d_before = enforce(spark, log.parent, work, rl_config, f"before-{r}", judged_as=events_config)
+            before.append(t)
+            t, d_now = enforce(spark, log.parent, work, rl_config, f"now-{r}")
+            now.append(t)
+            assert d_before == d_now == d_rl, "the query before the rebuild decided otherwise"
+        shown = lambda ts: ", ".join(f"{n_lines / t / 1e3:.1f}k" for t in ts)  # noqa: E731
+        print(f"Spark's text source, noop sink: {shown(text)} lines/s")
+        print(f"enforcer, request log, before:  {shown(before)} lines/s (decisions identical)")
+        print(f"enforcer, request log, now:     {shown(now)} lines/s")
+        print(f"  enforcer / Spark's text read: {min(text) / min(now):.2f} (best of each; goal >= 0.5)")
+        print(f"  now / before: {min(before) / min(now):.2f} (best of each)")
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

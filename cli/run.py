@@ -255,7 +255,7 @@ def _query_failed(error: BaseException, plan: run_plan.Plan, heap: str) -> Pidqu
 
 
 def _wrong_format(error: BaseException) -> InputError | None:
-    """The sink's format guard stopped the query (``sniff.FormatGuard``): its line alone."""
+    """The sink's format guard stopped the query (``formats.recognise.FormatGuard``): its line alone."""
     text = str(getattr(error, "desc", None) or error)
     found = re.search(
         r"pidquota\.conf\.errors\.InputError: (.+ the run stops here, and this batch is not written)", text
@@ -433,8 +433,9 @@ def _foreign_warning(config, totals) -> None:
         return
     default = registry.entry(registry.DEFAULT)
     print(
-        f"pidquota: warning: none of the {totals.skipped[fmt.foreign]:,} lines read is one of the "
-        f"{fmt.entry.noun}; is --input-format right? ({default.noun} are --input-format {default.name})",
+        f"pidquota: warning: none of the {totals.skipped[fmt.foreign]:,} lines read is a "
+        f"{fmt.entry.noun.removesuffix('s')}; is --input-format right? ({default.noun} are --input-format "
+        f"{default.name})",
         file=sys.stderr,
     )
 

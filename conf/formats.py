@@ -52,6 +52,9 @@ class Entry:
 
 
 DEFAULT = "events"
+# The order is the sniffer's: the first format whose ``recognise`` claims a line has it, so a
+# format that recognises loosely (csv: any line of 3 to 5 fields with integers second and
+# third) comes after the ones it could take lines from.
 FORMATS: tuple[Entry, ...] = (
     Entry(
         "events",

@@ -17,10 +17,13 @@ the quota. Each format is one module of this package and one line of the registr
     whether one line (decoded, stripped) is one of its records. The sniffer asks every
     format about a file's first lines before the file is read, and about a running query's
     first dead letters, so a wrong ``--input-format`` is one line, not a folder of dead
-    letters. Pure and cheap: no Spark, no state.
+    letters; the first format of the registry that claims a line has it, so a loose
+    ``recognise`` belongs late in the registry. Pure and cheap: no Spark, no state.
 ``options(config) -> dict[str, str]``
     the source options its screen needs, from the settings: strings, which travel to the
-    executors with the source. At least ``{"inputFormat": name}``.
+    executors with the source. At least ``{"inputFormat": name}``. It may read what the
+    settings name (the audit's topic owners, from a file or Redis): ``pidquota run`` calls it
+    once at start-up, so a broken one is one line before Spark starts.
 ``screen(line_schema, max_principal, options, broker_of) -> Screen``
     what judges a batch where the transport reads it (an executor's Python, in Arrow):
     ``screen.screen(batch)`` yields batches of ``screen.schema``
@@ -30,18 +33,22 @@ the quota. Each format is one module of this package and one line of the registr
     parse (``check`` true). It never raises on a bad record: every line is accounted for.
     ``broker_of(source)`` names the broker of a line's file, if the input says.
 ``said(config) -> str``
-    what the run's banner says after the format's name (the audit's topic owners), or "".
+    what the run's banner says after the format's name, starting with a space (the audit's
+    topic owners: `` (owners: orders -> User:alice; ...)``), or "".
 ``strict``
     where the lines left unchecked are judged: the name of a function in a module of this
     package, ``(lines, max_principal, keep)`` over a Spark DataFrame, giving events and dead
-    letters tagged ``KIND_EVENT``/``KIND_DEAD`` (the events' exact VARIANT parse,
+    letters tagged ``KIND_EVENT``/``KIND_DEAD`` in the columns ``kind``, ``principal``,
+    ``producer_id``, ``producer_epoch``, ``timestamp``, ``client``, ``raw``, ``reason``,
+    ``source``, then ``keep`` (the events' exact VARIANT parse,
     ``"events_spark.parse_events"``), or None when the screen judges every line itself. A
     name, not the function: it imports Spark, and the CLI reads the formats before Spark
     starts. :func:`strict_of` finds it.
 ``foreign``
     the skipped kind under which its screen counts lines that are none of its records
     (``not-a-request`` for the request log), or None when such lines are dead letters. The
-    format guard counts them as the wrong format.
+    format guard counts them as the wrong format, the run's last lines warn when they are all
+    it read, and the Prometheus exporter shows their count at 0 from the start.
 
 The house does the rest: it lists, follows and reads the input, sniffs files before they
 are read (``recognise.check_files``), folds, shuffles, keeps state and writes.
@@ -63,6 +70,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from pidquota.conf import formats as registry
+from pidquota.conf.errors import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -134,11 +142,15 @@ def screened(
 
     from pidquota.formats.folded import screen_limit
 
-    limit = screen_limit(options)
+    limit, fmt = screen_limit(options), of_options(options)
     if not limit:
+        if fmt.reads != "lines":
+            raise ConfigError(
+                f"--input-format {fmt.entry.name} is read by its screen alone: give the source screen="
+            )
         yield from batches
         return
-    screen = of_options(options).screen(line_schema, limit, options, broker_of)
+    screen = fmt.screen(line_schema, limit, options, broker_of)
     for batch in batches:
         if batch.num_rows:
             i = batch.schema.get_field_index("value")  # -1: no lines (batch headers)

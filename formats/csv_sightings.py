@@ -9,15 +9,18 @@ and ``client_id`` after them if known::
     "User:CN=bob,OU=eng",4001,1764000000250
 
 * **Fields** in that order (RFC 4180: a field holding a comma or a quote is quoted, a quote
-  in it doubled; a TLS principal such as ``User:CN=bob,OU=eng`` must be quoted). 3 to 5 of
-  them; an empty optional field is not known.
+  in it doubled; a TLS principal such as ``User:CN=bob,OU=eng`` must be quoted; a space is
+  part of its field, as in a JSON string). 3 to 5 of them; an empty optional field is not
+  known.
 * **Types** as the JSON event's: ``producer_id`` an integer of int64 (negative: not
   idempotent, counted as ignored), ``timestamp`` ms since the epoch (0 to 9999-12-31),
   ``producer_epoch`` -1 to 32767 (default -1).
-* **A header line**, one starting ``principal,producer_id``, is skipped and counted as
-  ``csv header``: a file may have one, or one per export appended.
-* **Anything else** is a dead letter with the first reason found: too few or too many
-  fields, a field that is not an integer or out of range, an empty or over-long principal.
+* **A header line**, whose first fields are ``principal`` and ``producer_id`` (quoted or
+  not), is skipped and counted as ``csv header``: a file may have one, or one per export
+  appended.
+* **Anything else** is a dead letter with the first reason found, field by field: an empty
+  line, too few or too many fields, a field that is not an integer or out of range, an
+  empty or over-long principal.
 
 The screen judges every line itself, in the executor's Python (one ``csv`` parse per
 line: about 300k lines a second a core; this format is for exports, not a broker's flood),
@@ -51,6 +54,7 @@ from pidquota.formats.folded import (
 
 NAME = "csv"
 HEADER = "csv header"  # skipped: a header line
+MAX_LINE = 65_536  # characters: a sighting is far shorter, and csv's own field limit is 128 KiB
 FIELDS = ("principal", "producer_id", "timestamp", "producer_epoch", "client_id")
 _RANGES = {
     "producer_id": (-(2**63), 2**63 - 1),
@@ -73,6 +77,10 @@ class BadRow(ValueError):
 
 
 def _fields(text: str) -> list[str]:
+    if not text.strip():
+        raise BadRow("empty record")
+    if len(text) > MAX_LINE:
+        raise BadRow(f"a line of {len(text):,} characters, longer than a sighting can be ({MAX_LINE:,})")
     try:
         fields = next(csv.reader([text], strict=True))
     except (csv.Error, StopIteration):
@@ -102,19 +110,25 @@ def sighting(text: str, max_principal: int) -> dict:
     why = principal_problem(fields[0], max_principal)
     if why:
         raise BadRow(why)
-    epoch = _integer(fields, 3)
-    client = fields[4] if len(fields) > 4 and fields[4] else None
+    pid, timestamp, epoch = (_integer(fields, i) for i in (1, 2, 3))  # in field order
     return {
         "principal": fields[0],
-        "producer_id": _integer(fields, 1),
-        "timestamp": _integer(fields, 2),
+        "producer_id": pid,
+        "timestamp": timestamp,
         "producer_epoch": -1 if epoch is None else epoch,
-        "client_id": client,
+        "client_id": fields[4] if len(fields) > 4 and fields[4] else None,
     }
 
 
 def _is_header(text: str) -> bool:
-    return text.replace(" ", "").startswith("principal,producer_id")
+    """A header line: its first two fields name the first two columns (quoted or not)."""
+    if "producer_id" not in text[:200]:
+        return False
+    try:
+        fields = next(csv.reader([text[:200]]))
+    except (csv.Error, StopIteration):
+        return False
+    return [f.strip().lower() for f in fields[:2]] == ["principal", "producer_id"]
 
 
 class CsvScreen:
@@ -128,7 +142,8 @@ class CsvScreen:
         sources = sources_of(batch)
         events, letters, skipped = [], [], Counter()
         for i, value in enumerate(batch.column("value").to_pylist()):
-            text = (value or b"").decode("utf-8", errors="replace").strip().lstrip("\ufeff")
+            raw = (value or b"").decode("utf-8", errors="replace")
+            text = raw.removeprefix("\ufeff").rstrip("\r")  # a byte order mark, a Windows line end
             if _is_header(text):
                 skipped[HEADER] += 1
                 continue
@@ -136,7 +151,7 @@ class CsvScreen:
                 events.append(sighting(text, self.max_principal))
             except BadRow as exc:
                 letters.append(
-                    json.dumps({"raw": text, "reason": str(exc), "source": sources[i]}, ensure_ascii=False)
+                    json.dumps({"raw": raw, "reason": str(exc), "source": sources[i]}, ensure_ascii=False)
                 )
         if events:
             table = pa.Table.from_pylist(events, schema=_EVENTS)
@@ -156,6 +171,7 @@ class Csv:
     foreign = None
 
     def recognise(self, text: str) -> bool:
+        text = text.removeprefix("\ufeff")
         if _is_header(text):
             return True
         try:

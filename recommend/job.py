@@ -36,6 +36,7 @@ import pandas as pd
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+import pidquota.formats as formats
 from pidquota.quota import QuotaSettings, StaticQuotas
 from pidquota.quota.client import SEP
 from pidquota.recommend.stats import (
@@ -78,7 +79,7 @@ def compute(
     try:
         step(f"pass 1 of {passes}: each user's statistics from {input_path}")
         lines = _lines(spark, input_path, config, work / "events-checkpoint")
-        _run(_events(lines, config["pidquota.principal.max.length"]), work / "events")
+        _run(_events(lines, config), work / "events")
         events = spark.read.parquet(str(work / "events"))
         if callable(short_life_ms):  # fitted to the input's span
             span = events.agg(F.max("timestamp") - F.min("timestamp")).first()[0]
@@ -111,10 +112,11 @@ def _lines(spark, input_path: str, config, checkpoint: Path) -> DataFrame:
     )
 
 
-def _events(lines: DataFrame, max_principal: int) -> DataFrame:
+def _events(lines: DataFrame, config) -> DataFrame:
     """Valid events only: principal, producer_id, timestamp (one row per sighting); not the
     PIDs of pidquota's own clients (the actuator's journal producer is no application)."""
-    rows = q.screened(lines, max_principal)
+    fmt = formats.get(config["pidquota.input.format"])
+    rows = q.screened(lines, config["pidquota.principal.max.length"], fmt)
     valid = rows.where(F.col("dead").isNull() & (F.col("principal") != ""))
     named = F.arrays_zip(F.col("client_pids").alias("p"), F.col("clients").alias("c"))
     own = F.transform(F.filter(named, lambda n: n["c"].startswith(CLIENT_ID + SEP)), lambda n: n["p"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pyarrow as pa
@@ -72,12 +73,9 @@ def file_source(
     itself (``formats/events.py``), for :func:`enforcer`; ``fmt``: the input format's
     options (:func:`input_format`); ``follow``: read the new lines of growing files."""
     _needs_screen(fmt, screen)
-    entry = formats.of_options(fmt or {}).entry
-    if "file" not in entry.inputs:
-        raise ConfigError(
-            f"--input-format {entry.name} reads {entry.noun} from Kafka topics; {path!r} is a file "
-            "input: give --input kafka://HOST[:PORT]/TOPIC[,TOPIC...]"
-        )
+    refused = formats.of_options(fmt or {}).entry.refuses("file", f"file input {path!r}")
+    if refused:
+        raise ConfigError(refused)
     from pidquota.sources.files import FilesDataSource
     from pidquota.sources.listing import LEDGER, check_input
 
@@ -156,8 +154,11 @@ def screened(lines: DataFrame, max_principal: int, fmt=None) -> DataFrame:
     else:
         fmt = formats.get(registry.DEFAULT)
         binary = lines.select(F.col("value").cast("binary").alias("value"), *others)
-        screen = fmt.screen(to_arrow_schema(binary.schema), max_principal)
-        out = binary.mapInArrow(screen, from_arrow_schema(pa.schema(list(screen.schema))))
+        line_schema = to_arrow_schema(binary.schema)
+        options = {formats.OPTION: fmt.entry.name, SCREEN_OPTION: str(max_principal)}
+        schema = fmt.screen(line_schema, max_principal, options).schema
+        screen = functools.partial(formats.screened, line_schema=line_schema, options=options)
+        out = binary.mapInArrow(screen, from_arrow_schema(pa.schema(list(schema))))
     strict_parse = formats.strict_of(fmt)
     if strict_parse is None:
         return _judged(out)

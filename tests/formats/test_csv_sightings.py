@@ -69,13 +69,30 @@ def test_a_quoted_principal_keeps_its_commas():
         ("User:a,7,1,40000", "field 'producer_epoch' is out of range (-1..32767)"),
         ("User:a,٧,1", "field 'producer_id' must be an integer"),  # an Arabic-Indic seven
         (" ,7,1", "principal is empty"),
+        ("", "empty record"),
+        ("User:a," + "7" * 70_000 + ",1", "a line of 70,009 characters, longer than a sighting can be"),
+        ("User:a,x,y,z", "field 'producer_id' must be an integer, got 'x'"),  # the first field's reason
         ("x" * 300 + ",7,1", "principal is longer than 256 characters"),
     ],
 )
 def test_a_bad_line_is_a_dead_letter_with_its_reason(line, reason):
     folded, dead, _ = _screen(line, "User:ok,1,1")
     assert [r["f_principal"] for r in folded] == ["User:ok"]
-    assert len(dead) == 1 and dead[0]["reason"].startswith(reason) and dead[0]["raw"] == line.strip()
+    assert len(dead) == 1 and dead[0]["reason"].startswith(reason) and dead[0]["raw"] == line
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "principal,producer_id,timestamp",
+        '"principal","producer_id","timestamp"',
+        "\ufeffprincipal,producer_id",
+    ],
+)
+def test_a_header_quoted_or_after_a_byte_order_mark_is_counted_not_a_dead_letter(header):
+    folded, dead, skipped = _screen(header, "User:a,7,1000")
+    assert len(folded) == 1 and not dead and skipped == {HEADER: 1}
+    assert FORMAT.recognise(header.strip())
 
 
 def test_a_negative_pid_is_a_sighting_the_quota_ignores():

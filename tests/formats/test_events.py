@@ -1,4 +1,4 @@
-"""The parse's fast path (streaming/screen.py) certifies only what the strict parse accepts.
+"""The parse's fast path (formats/events.py) certifies only what the strict parse accepts.
 
 The Arrow-only tests pin which records the screen certifies; the Spark tests
 run the screened path and the strict path over the fuzz corpus plus a list of

@@ -1,4 +1,4 @@
-"""sources/sniff.py: a file input's files are looked at before Spark reads them, so
+"""formats/recognise.py: a file input's files are looked at before Spark reads them, so
 a wrong --input-format, a gzip file or a binary one is one line at start-up and nothing is
 read (issue 35: a forgotten --input-format once made 134,607 dead letters, 143 MB)."""
 

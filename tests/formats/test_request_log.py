@@ -1,4 +1,4 @@
-"""The broker request log as input (streaming/request_log.py), on a corpus written as
+"""The broker request log as input (formats/request_log.py), on a corpus written as
 Kafka writes it (traffic/request_log.py): other API keys, granted and refused inits,
 re-inits, InitProducerId v0 to v5, the raw and shipper shapes, and broken lines."""
 

@@ -73,7 +73,7 @@ def test_broker_logs_in_files_decide_as_the_json_events_of_their_inits(make_enfo
 
 
 def test_a_json_event_file_read_as_a_request_log_is_named_and_not_read(make_enforcer, tmp_path, capfd):
-    """A file of JSON events arriving in a request-log input is sniffed (sources/sniff.py):
+    """A file of JSON events arriving in a request-log input is sniffed (formats/recognise.py):
     one warning naming it and the flag, nothing read, nothing decided, the stream goes on."""
     runner = make_enforcer(tmp_path, QUOTAS, **FORMAT)
     out = runner.run(_events(_inits()))

@@ -1,6 +1,6 @@
 """Every dead-letter reason the parser can give has its class (``streaming/reasons.py``).
 
-The reasons are read out of ``streaming/parse.py`` itself: each check there is a pair
+The reasons are read out of ``formats/events_spark.py`` itself: each check there is a pair
 ``(condition, reason)`` whose reason is ``F.lit(...)`` or ``F.concat(...)`` of literals and
 values. A value (a field name, a number, the text of a bad field) reads as ``x``. A reason
 added to, or reworded in, the parser fails here until it is given its class.
