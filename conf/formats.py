@@ -82,7 +82,7 @@ FORMATS: tuple[Entry, ...] = (
         "csv",
         "csv_sightings",
         "CSV sightings",
-        "principal,producer_id,timestamp[,epoch[,client_id]] per line",
+        "sightings another tool exported, one per line: principal,producer_id,timestamp[,producer_epoch[,client_id]]",
         clients=("client_id",),
     ),
 )
