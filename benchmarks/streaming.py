@@ -156,6 +156,8 @@ def run_stage(spark, config, name: str, stage: tuple, folder: Path, work: Path) 
     out = work / f"{folder.name}-{name.replace(', ', '-').replace(' ', '-')}"
     if screened == TEXT:
         lines = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(folder))
+        if real_sink:  # the enforcer's: each line's file, for its dead letter, as pidquota's source gives
+            lines = lines.select("value", lines["_metadata.file_path"].alias("source_file"))
     else:
         screen = config["pidquota.principal.max.length"] if screened else 0  # as the CLI does
         lines = q.file_source(spark, str(folder), 1, str(out / "_ck"), screen=screen)
@@ -249,6 +251,51 @@ def clients_cost(n: int, files: int) -> None:
     )
 
 
+def text_lever(n: int, files: int) -> None:
+    """Issue 43 §2's first lever: the enforcer reading files with Spark's text source (the
+    screen then runs as a ``mapInArrow`` after it) against pidquota's own file source, each
+    next to the native anchor, on both inputs, alternating twice; decisions compared."""
+    from pidquota.streaming import query as q
+    from pidquota.streaming.session import spark_session
+
+    config = load()
+    quotas = StaticQuotas({"<default>": 100})
+    spark = spark_session(config)
+    work = Path(tempfile.mkdtemp(prefix="pidquota-bench-"))
+    chosen = {
+        "native": stages(config, quotas)["native"],
+        "enforcer": stages(config, quotas)["enforcer"],
+        "enforcer, Spark text": (lambda lines: q.enforcer(lines, config, quotas), True, TEXT),
+    }
+    try:
+        warm = work / "warmup"
+        write_input(warm, 20_000, 2, flood=True)
+        for name, stage in chosen.items():
+            run_stage(spark, config, name, stage, warm, work)
+        for flood in (True, False):
+            folder = work / ("flood" if flood else "realistic")
+            write_input(folder, n, files, flood=flood)
+            rates: dict[str, list[float]] = {}
+            decided = {}
+            for round_ in range(2):
+                for name, stage in chosen.items():
+                    r = run_stage(spark, config, name, stage, folder, work / f"r{round_}")
+                    rates.setdefault(name, []).append(n / r["secs"])
+                    decided[name] = r["decisions"]
+            print(f"[{folder.name}]")
+            for key, values in rates.items():
+                print(f"  {key:<22} " + ", ".join(f"{v:,.0f}" for v in values) + " events/s")
+            best = {k: max(v) for k, v in rates.items()}
+            print(
+                f"  enforcer / native: pidquota's source {best['enforcer'] / best['native']:.2f}, "
+                f"Spark's text source {best['enforcer, Spark text'] / best['native']:.2f}; decisions identical: "
+                f"{decided['enforcer'] == decided['enforcer, Spark text']}"
+            )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        spark.stop()
+
+
 def core_flood(n: int) -> float:
     """The quota core alone on a flood (one principal, R = 100 per hour): sightings/s, one core."""
     ts, pids, epochs = core.flood(n)
@@ -339,9 +386,17 @@ def main() -> None:
         action="store_true",
         help="only what naming the client costs: the flood with and without client_id and broker_id",
     )
+    ap.add_argument(
+        "--text-source",
+        action="store_true",
+        help="only the enforcer on Spark's text source against pidquota's file source (issue 43)",
+    )
     args = ap.parse_args()
     if args.clients:
         clients_cost(args.events, args.files)
+        return
+    if args.text_source:
+        text_lever(args.events, args.files)
         return
     from pidquota.streaming.session import spark_session
 
