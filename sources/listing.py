@@ -27,6 +27,7 @@ from pathlib import Path
 
 from pidquota.conf import jsontext
 from pidquota.conf.errors import CorruptStateError, InputError
+from pidquota.conf.formats import DEFAULT
 
 LEDGER = "pidquota-files.jsonl"
 
@@ -168,7 +169,7 @@ def check_input(path: str | Path) -> None:
         raise InputError(f"input {str(path)!r} is not readable by this user")
 
 
-def start_up_notes(root: str | Path, checkpoint: str | Path, fmt: str = "events") -> tuple[list[str], bool]:
+def start_up_notes(root: str | Path, checkpoint: str | Path, fmt: str = DEFAULT) -> tuple[list[str], bool]:
     """Warnings for the operator before a file input starts, and whether the ledger
     already existed (so "nothing new since the checkpoint" rather than "read nothing").
     A file not read yet that ``fmt`` cannot read (``formats/recognise.py``) fails now."""

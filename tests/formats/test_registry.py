@@ -93,3 +93,29 @@ def test_pidquota_formats_lists_each_with_its_inputs(capsys):
     assert out.splitlines()[0] == "events (the default)"
     assert "record-batches\n  the log audit" in out and "from Kafka topics; client identity: none" in out
     assert out.count("\n\n") == len(registry.FORMATS) - 1 == len(formats_cli.lines()) // 4
+
+
+def test_no_module_outside_the_formats_names_one_but_the_generator():
+    """A format's name lives in its registry line and its module: a module elsewhere that
+    tested ``fmt == "kafka-request-log"`` would be one more file to touch for a new format.
+    The generator writes the request log, so it names it; the default format is also a
+    word (the metrics' ``events`` column)."""
+    import ast
+    from pathlib import Path
+
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    named = set(registry.names()) - {registry.DEFAULT}
+    folders = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    found = []
+    for package, folder in folders.items():
+        base = root / folder
+        for path in base.glob("*.py") if package == "pidquota" else base.rglob("*.py"):
+            where = path.relative_to(root).as_posix()
+            if where.startswith("formats/") or where in ("conf/formats.py", "cli/generate.py"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Constant) and node.value in named:
+                    found.append(f"{where}:{node.lineno} {node.value!r}")
+    assert not found
