@@ -42,7 +42,9 @@ from pidquota.formats.folded import fold, folded_batch, judged_batch, screened_s
 from pidquota.store.owners import Owners, load_owners
 
 NAME = "record-batches"
-CONTROL = 0x20  # the record batch attribute bit of a control batch (a transaction marker; sources/kafka/records.py reads it here)
+# The record batch attribute bit of a control batch (a transaction marker): Kafka's, fixed since
+# magic 2. The Kafka transport knows it too, and knows no format; a test keeps the two equal.
+CONTROL = 0x20
 CONTROL_BATCH, NO_PRODUCER_ID, LEGACY = "control batch", "no producer id", "legacy message set"
 NO_TIMESTAMP = "no timestamp"
 MAX_TIMESTAMP = 253_402_300_799_999

@@ -50,7 +50,6 @@ import numpy as np
 import pyarrow as pa
 from kafka import errors
 
-from pidquota.formats.record_batches import CONTROL
 from pidquota.store.kafka import KafkaError
 
 SCHEMA = "value string, kafka_topic string, kafka_partition int, kafka_offset long, kafka_timestamp long"
@@ -64,7 +63,7 @@ ARROW = pa.schema(
     ]
 )
 BATCH_ROWS = 10_000  # rows per Arrow batch handed to Spark
-TRANSACTIONAL = 0x10  # attribute bits: this one, and CONTROL (the log audit's, formats/record_batches.py)
+CONTROL, TRANSACTIONAL = 0x20, 0x10  # attribute bits (Kafka's; the log audit's format knows CONTROL too)
 _HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte record batch header, as above
 _CODECS = {1: ("gzip", None), 2: ("snappy", "python-snappy"), 3: ("lz4", "lz4"), 4: ("zstd", "zstandard")}
 # The least batch length (the bytes after the length field) per magic: magic 2's header, a

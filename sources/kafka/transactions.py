@@ -39,8 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from pidquota.formats.record_batches import CONTROL
-from pidquota.sources.kafka.records import TRANSACTIONAL, Walk, batch_positions, varint
+from pidquota.sources.kafka.records import CONTROL, TRANSACTIONAL, Walk, batch_positions, varint
 
 log = logging.getLogger("pidquota.kafka")
 ABORT, COMMIT = 0, 1  # a control record's type

@@ -166,3 +166,12 @@ def test_a_pattern_never_matches_pidquotas_own_outputs_and_a_deleted_match_is_no
     with caplog.at_level(logging.WARNING, logger="pidquota.kafka"):
         assert reader.latestOffset({"orders-old": {"0": 5}}, ReadAllAvailable()) == {}
     assert "topic orders-old, matched by ['orders*'], is gone" in caplog.text
+
+
+def test_the_format_and_the_transport_agree_on_the_control_bit():
+    """The log audit's format and the Kafka transport each know Kafka's control-batch bit
+    (a transport knows no format, so neither imports the other's)."""
+    from pidquota.formats import record_batches
+    from pidquota.sources.kafka import records
+
+    assert record_batches.CONTROL == records.CONTROL == 0x20
