@@ -49,6 +49,7 @@ from pidquota.formats.folded import (
     folded_batch,
     judged_batch,
     principal_problem,
+    sightings_schema,
     sources_of,
 )
 
@@ -61,15 +62,6 @@ _RANGES = {
     "timestamp": (0, 253_402_300_799_999),
     "producer_epoch": (-1, 32_767),
 }
-_EVENTS = pa.schema(
-    [
-        ("principal", pa.string()),
-        ("producer_id", pa.int64()),
-        ("timestamp", pa.int64()),
-        ("producer_epoch", pa.int32()),
-        ("client_id", pa.string()),
-    ]
-)
 
 
 class BadRow(ValueError):
@@ -154,7 +146,7 @@ class CsvScreen:
                     json.dumps({"raw": raw, "reason": str(exc), "source": sources[i]}, ensure_ascii=False)
                 )
         if events:
-            table = pa.Table.from_pylist(events, schema=_EVENTS)
+            table = pa.Table.from_pylist(events, schema=sightings_schema("client_id"))
             yield folded_batch(fold(table.append_column("client", client_column(table))), self.schema)
         if skipped:
             letters.append(json.dumps({"skipped": dict(skipped)}))

@@ -61,6 +61,14 @@ def client_column(table: pa.Table, plain: bool = False) -> pa.Array:
     return pc.if_else(known, joined, pa.scalar(None, pa.string()))
 
 
+def sightings_schema(*clients: str) -> pa.Schema:
+    """A screen's sightings before :func:`fold`: principal, producer_id, timestamp,
+    producer_epoch, then the client fields it knows (of ``pidquota.quota.client.COLUMNS``),
+    which :func:`client_column` joins."""
+    base = [("principal", pa.string()), ("producer_id", pa.int64()), ("timestamp", pa.int64())]
+    return pa.schema([*base, ("producer_epoch", pa.int32()), *((name, pa.string()) for name in clients)])
+
+
 def fold(events: pa.Table) -> pa.Table:
     """One row per principal: its sightings' PIDs, timestamps and epochs (in step), and
     the newest timestamp. A batch's rows then cost per principal, not per event, on

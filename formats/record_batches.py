@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pidquota.conf.formats import entry
-from pidquota.formats.folded import fold, folded_batch, judged_batch, screened_schema
+from pidquota.formats.folded import fold, folded_batch, judged_batch, screened_schema, sightings_schema
 from pidquota.store.owners import Owners, load_owners
 
 NAME = "record-batches"
@@ -48,14 +48,6 @@ CONTROL = 0x20
 CONTROL_BATCH, NO_PRODUCER_ID, LEGACY = "control batch", "no producer id", "legacy message set"
 NO_TIMESTAMP = "no timestamp"
 MAX_TIMESTAMP = 253_402_300_799_999
-_EVENTS = pa.schema(
-    [
-        ("principal", pa.string()),
-        ("producer_id", pa.int64()),
-        ("timestamp", pa.int64()),
-        ("producer_epoch", pa.int32()),
-    ]
-)
 
 
 class AuditScreen:
@@ -103,7 +95,7 @@ class AuditScreen:
                 "timestamp": headers.column("timestamp"),
                 "producer_epoch": pc.cast(headers.column("producer_epoch"), pa.int32()),
             },
-            schema=_EVENTS,
+            schema=sightings_schema(),
         )
 
 

@@ -66,6 +66,7 @@ from pidquota.formats.folded import (
     folded_batch,
     judged_batch,
     principal_problem,
+    sightings_schema,
     sources_of,
 )
 from pidquota.quota.client import COLUMNS as CLIENT_COLUMNS
@@ -384,17 +385,6 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
 
 
-_EVENTS = pa.schema(
-    [
-        ("principal", pa.string()),
-        ("producer_id", pa.int64()),
-        ("timestamp", pa.int64()),
-        ("producer_epoch", pa.int32()),
-        *((name, pa.string()) for name in CLIENT_COLUMNS),
-    ]
-)
-
-
 class RequestLogScreen:
     """A source's screen for request-log lines: line batches in, screened rows out
     (``formats/folded.py``'s ``FOLDED`` columns then the line columns, nothing left for
@@ -413,7 +403,7 @@ class RequestLogScreen:
         brokers = PerRow(len(sources), lambda i: self.broker_of(sources[i]) if files else None)
         judged = self.judge.judge(values, sources, brokers)
         if judged.events:
-            events = pa.Table.from_pylist(judged.events, schema=_EVENTS)
+            events = pa.Table.from_pylist(judged.events, schema=sightings_schema(*CLIENT_COLUMNS))
             events = events.append_column("client", client_column(events))
             yield folded_batch(fold(events), self.schema)
         letters = [json.dumps(d, ensure_ascii=False) for d in judged.dead]
