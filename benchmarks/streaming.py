@@ -268,32 +268,105 @@ def text_lever(n: int, files: int) -> None:
         "enforcer, Spark text": (lambda lines: q.enforcer(lines, config, quotas), True, TEXT),
     }
     try:
-        warm = work / "warmup"
-        write_input(warm, 20_000, 2, flood=True)
-        for name, stage in chosen.items():
-            run_stage(spark, config, name, stage, warm, work)
-        for flood in (True, False):
-            folder = work / ("flood" if flood else "realistic")
-            write_input(folder, n, files, flood=flood)
-            rates: dict[str, list[float]] = {}
-            decided = {}
-            for round_ in range(2):
-                for name, stage in chosen.items():
-                    r = run_stage(spark, config, name, stage, folder, work / f"r{round_}")
-                    rates.setdefault(name, []).append(n / r["secs"])
-                    decided[name] = r["decisions"]
-            print(f"[{folder.name}]")
-            for key, values in rates.items():
-                print(f"  {key:<22} " + ", ".join(f"{v:,.0f}" for v in values) + " events/s")
-            best = {k: max(v) for k, v in rates.items()}
-            print(
-                f"  enforcer / native: pidquota's source {best['enforcer'] / best['native']:.2f}, "
-                f"Spark's text source {best['enforcer, Spark text'] / best['native']:.2f}; decisions identical: "
-                f"{decided['enforcer'] == decided['enforcer, Spark text']}"
-            )
+        _alternate(spark, config, chosen, n, files, work, "enforcer, Spark text")
     finally:
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()
+
+
+def spark_parsed(lines, config, operator=None):
+    """Issue 43 §2's second lever: Spark parses (``from_json``, typed) and hands the stateful
+    operator one row per event, unfolded (a one-sighting array each, as the query's strict
+    path does): no Python before the shuffle. Every line is taken for an event, as every line
+    of these inputs is, so this bounds the lever from above (a real one would still send the
+    lines ``from_json`` cannot vouch for to the screen). ``operator``: the real one when given,
+    else one that does nothing (as :func:`floor`)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    from pidquota.streaming.query import COMPACT_COLUMNS, state_group
+    from pidquota.streaming.schema import OPERATOR_SCHEMA, STATE_SCHEMA
+
+    e = lines.select(F.from_json("value", EVENT_SCHEMA).alias("e")).select("e.*")
+    delay = config["pidquota.watermark.delay.ms"]
+    rows = e.select(
+        "principal",
+        *(F.array(c).alias(a) for c, a in (("producer_id", "producer_ids"), ("timestamp", "timestamps"))),
+        F.array("producer_epoch").alias("epochs"),
+        F.lit(None).cast("array<long>").alias("client_pids"),
+        F.lit(None).cast("array<string>").alias("clients"),
+        F.lit(None).cast("string").alias("dead"),
+        F.col("timestamp").alias("max_ts"),
+    )
+    rows = rows.withColumn("event_time", F.timestamp_millis("max_ts")).withWatermark(
+        "event_time", f"{delay} milliseconds"
+    )
+    guard = F.lit(None).cast("timestamp").alias("late_guard", metadata={"spark.watermarkDelayMs": delay})
+    group = state_group(config["pidquota.state.buckets"]).alias("group")
+    grouped = rows.select(group, *COMPACT_COLUMNS, guard).groupBy("group")
+
+    def idle(key, pdfs, state):
+        for _ in pdfs:
+            pass
+        yield from ()
+
+    return grouped.applyInPandasWithState(
+        operator or idle, OPERATOR_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
+    )
+
+
+def spark_parse_lever(n: int, files: int) -> None:
+    """The floor and the enforcer with Spark parsing (:func:`spark_parsed`, on Spark's text
+    source) against pidquota's source, which screens and folds in Python before the shuffle,
+    beside the native anchor; both inputs, alternating twice; decisions compared."""
+    from pidquota.quota import QuotaSettings
+    from pidquota.streaming.operator import make_state_function
+    from pidquota.streaming.session import spark_session
+
+    config = load()
+    quotas = StaticQuotas({"<default>": 100})
+    spark = spark_session(config)
+    work = Path(tempfile.mkdtemp(prefix="pidquota-bench-"))
+    judge = make_state_function(quotas, QuotaSettings.from_config(config))
+    ours = stages(config, quotas)
+    chosen = {
+        "native": ours["native"],
+        "floor": ours["floor"],
+        "floor, Spark parse": (lambda lines: spark_parsed(lines, config), False, TEXT),
+        "enforcer": ours["enforcer"],
+        "enforcer, Spark parse": (lambda lines: spark_parsed(lines, config, judge), True, TEXT),
+    }
+    try:
+        _alternate(spark, config, chosen, n, files, work, "enforcer, Spark parse")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        spark.stop()
+
+
+def _alternate(spark, config, chosen: dict, n: int, files: int, work: Path, other: str) -> None:
+    """Each stage of ``chosen`` on both inputs, alternating twice after a warm-up; events/s and
+    the ratio of each stage's best to native's best; the enforcer's decisions against ``other``'s."""
+    warm = work / "warmup"
+    write_input(warm, 20_000, 2, flood=True)
+    for name, stage in chosen.items():
+        run_stage(spark, config, name, stage, warm, work)
+    for flood in (True, False):
+        folder = work / ("flood" if flood else "realistic")
+        write_input(folder, n, files, flood=flood)
+        rates: dict[str, list[float]] = {}
+        decided = {}
+        for round_ in range(2):
+            for name, stage in chosen.items():
+                r = run_stage(spark, config, name, stage, folder, work / f"r{round_}")
+                rates.setdefault(name, []).append(n / r["secs"])
+                decided[name] = r["decisions"]
+        print(f"[{folder.name}]")
+        for key, values in rates.items():
+            ratio = max(values) / max(rates["native"])
+            print(
+                f"  {key:<22} " + ", ".join(f"{v:,.0f}" for v in values) + f" events/s; / native {ratio:.2f}"
+            )
+        print(f"  decisions identical: {decided['enforcer'] == decided[other]}")
 
 
 def core_flood(n: int) -> float:
@@ -391,7 +464,15 @@ def main() -> None:
         action="store_true",
         help="only the enforcer on Spark's text source against pidquota's file source (issue 43)",
     )
+    ap.add_argument(
+        "--spark-parse",
+        action="store_true",
+        help="only the floor and the enforcer with Spark parsing (from_json) before the operator (issue 43)",
+    )
     args = ap.parse_args()
+    if args.spark_parse:
+        spark_parse_lever(args.events, args.files)
+        return
     if args.clients:
         clients_cost(args.events, args.files)
         return

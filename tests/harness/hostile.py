@@ -27,6 +27,9 @@ FAST = settings(
 SLOW = settings(
     max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), derandomize=not _RANDOM
 )
+# A property whose examples each draw SLOW.max_examples inputs and judge them in one Spark job.
+# Two: Hypothesis' first example is its simplest, the second is drawn.
+FEW_JOBS = settings(SLOW, max_examples=2)
 
 NUMBERS = [
     "NaN",
