@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,10 +102,18 @@ def fetch(kafka_version: str | None = None, quiet: bool = True) -> Path:
     return libs
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports. Their sockets stay bound until all are chosen: one
+    at a time, the kernel may hand out a port it just gave, and a node once got its PLAINTEXT
+    and CONTROLLER listeners on one port (the format refuses that, and the broker never starts)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def _die_with_parent() -> None:
@@ -186,10 +194,10 @@ class Node:
 
     node_id: int
     workdir: Path
-    port: int = field(default_factory=free_port)  # PLAINTEXT
-    sasl_port: int = field(default_factory=free_port)
-    controller_port: int = field(default_factory=free_port)
-    jmx_port: int = field(default_factory=free_port)  # JMX, on loopback (Cluster(jmx=True))
+    port: int = 0  # PLAINTEXT; 0: a free one, as are the others (:func:`free_ports`: all distinct)
+    sasl_port: int = 0
+    controller_port: int = 0
+    jmx_port: int = 0  # JMX, on loopback (Cluster(jmx=True))
     advertised_port: int | None = None  # a relay's port in front of ``port`` (tests' Gate)
     proc: subprocess.Popen | None = None
     out_from: int = 0  # where this start's output begins in ``stdout`` (a restart appends)
@@ -244,7 +252,10 @@ class Cluster:
         self.extra = dict(extra or {})
         self.heap = heap
         self.version = kafka_version or version()
-        self.nodes = [Node(i, self.workdir / f"node-{i}") for i in range(1, size + 1)]
+        ports = iter(free_ports(4 * size))  # every port of the cluster distinct
+        self.nodes = [
+            Node(i, self.workdir / f"node-{i}", *(next(ports) for _ in range(4))) for i in range(1, size + 1)
+        ]
         self.id = cluster_id()
         self.libs: Path | None = None
         # Kafka before 4.0 reads log4j 1's properties: the shipped ones, unless given others

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness import require
-from harness.ports import free_port
+from harness.ports import free_port, free_ports
 
 
 def start_redis(workdir, *extra: str, port: int | None = None):
@@ -82,7 +82,7 @@ def start_redis_tls(workdir):
     """A redis-server with a TLS port (``tls-port``; clients need not show a certificate) beside
     its plain one. Returns (process, the TLS port, the CA file)."""
     files = tls_files(workdir)
-    tls_port = free_port()
+    port, tls_port = free_ports(2)  # distinct
     proc, _ = start_redis(
         workdir,
         "--tls-port", str(tls_port),
@@ -90,5 +90,6 @@ def start_redis_tls(workdir):
         "--tls-key-file", str(files["key"]),
         "--tls-ca-cert-file", str(files["ca"]),
         "--tls-auth-clients", "no",
+        port=port,
     )  # fmt: skip
     return proc, tls_port, files["ca"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness import require
-from harness.ports import free_port
+from harness.ports import free_ports
 
 
 class SparkCluster:
@@ -27,7 +27,7 @@ class SparkCluster:
         import pyspark
 
         self.home, self.tmp, self.count = Path(pyspark.__file__).parent, tmp, workers
-        self.port, self.ui = free_port(), free_port()
+        self.port, self.ui, *self.worker_ui = free_ports(2 + workers)  # all distinct
         self.python = no_project_python(tmp)
         self.url = f"spark://127.0.0.1:{self.port}"
         self.procs: list = []
@@ -61,7 +61,7 @@ class SparkCluster:
                 "org.apache.spark.deploy.worker.Worker",
                 self.url,
                 *("--host", "127.0.0.1", "--cores", "1", "--memory", "2g"),
-                *("--webui-port", str(free_port()), "--work-dir", str(work)),
+                *("--webui-port", str(self.worker_ui[i]), "--work-dir", str(work)),
             )
         self.wait_for_workers(self.count)
         return self
