@@ -219,6 +219,7 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
     return signals.exit_code or 0
 
 
+STOPPING_JVM_S = 20.0  # how long a JVM that got the stop signal too may take to end
 _STOPPED_WITH_US = (
     "pidquota: Spark's JVM stopped on the same signal (it was sent to the whole process group, as "
     "GNU timeout and some service managers do); the run stops here, and the next resumes from "
@@ -231,7 +232,10 @@ def _stopped_with_us(signals: Signals) -> bool:
     fault of its own: code 128 + the signal, or killed by it."""
     if signals.signum is None:
         return False
-    code = _jvm_exit_code()
+    # Its shutdown hooks (stopping the SparkContext, closing the state stores) may outlast the
+    # query's failure by seconds: a run stopped by GNU timeout once said "the streaming query
+    # failed" because the JVM was still ending after 2 s. Asked only after a stop signal.
+    code = _jvm_exit_code(STOPPING_JVM_S)
     return code in (-signals.signum, 128 + signals.signum)
 
 
