@@ -333,6 +333,7 @@ def spark_parse_lever(n: int, files: int) -> None:
         "native": ours["native"],
         "floor": ours["floor"],
         "floor, Spark parse": (lambda lines: spark_parsed(lines, config), False, TEXT),
+        "enforcer, noop sink": ours["enforcer, noop sink"],
         "enforcer": ours["enforcer"],
         "enforcer, Spark parse": (lambda lines: spark_parsed(lines, config, judge), True, TEXT),
     }
@@ -366,7 +367,8 @@ def _alternate(spark, config, chosen: dict, n: int, files: int, work: Path, othe
             print(
                 f"  {key:<22} " + ", ".join(f"{v:,.0f}" for v in values) + f" events/s; / native {ratio:.2f}"
             )
-        print(f"  decisions identical: {decided['enforcer'] == decided[other]}")
+        same = decided["enforcer"] == decided[other]
+        print(f"  decisions identical: {same} ({len(decided['enforcer']):,} decisions)")
 
 
 def core_flood(n: int) -> float:

@@ -194,10 +194,10 @@ class Node:
 
     node_id: int
     workdir: Path
-    port: int = 0  # PLAINTEXT; 0: a free one, as are the others (:func:`free_ports`: all distinct)
-    sasl_port: int = 0
-    controller_port: int = 0
-    jmx_port: int = 0  # JMX, on loopback (Cluster(jmx=True))
+    port: int  # PLAINTEXT; the Cluster picks them all at once (:func:`free_ports`: all distinct)
+    sasl_port: int
+    controller_port: int
+    jmx_port: int  # JMX, on loopback (Cluster(jmx=True))
     advertised_port: int | None = None  # a relay's port in front of ``port`` (tests' Gate)
     proc: subprocess.Popen | None = None
     out_from: int = 0  # where this start's output begins in ``stdout`` (a restart appends)
@@ -253,8 +253,10 @@ class Cluster:
         self.heap = heap
         self.version = kafka_version or version()
         ports = iter(free_ports(4 * size))  # every port of the cluster distinct
+        names = ("port", "sasl_port", "controller_port", "jmx_port")
         self.nodes = [
-            Node(i, self.workdir / f"node-{i}", *(next(ports) for _ in range(4))) for i in range(1, size + 1)
+            Node(i, self.workdir / f"node-{i}", **{name: next(ports) for name in names})
+            for i in range(1, size + 1)
         ]
         self.id = cluster_id()
         self.libs: Path | None = None

@@ -1,11 +1,6 @@
 """scripts/kafka_broker.py's choices that need no broker: the ports a cluster is given."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-import kafka_broker  # noqa: E402
+import kafka_broker  # scripts/ is on the path (tests/conftest.py)
 
 
 def test_every_port_of_a_cluster_is_its_own(tmp_path):
