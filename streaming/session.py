@@ -101,6 +101,7 @@ def spark_session(config: Config, master: str | None = None):
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stateStore.stateSchemaCheck", "true")
         .config("spark.sql.adaptive.enabled", "false")  # not used by streaming; Spark warns if on
+        .config("spark.executorEnv.PYTHONPATH", worker_path(conf, config["pidquota.spark.python.installed"]))
         .getOrCreate()
     )
     spark.conf.set("spark.sql.shuffle.partitions", partitions)
@@ -165,6 +166,20 @@ def _quiet_accumulator_server(sc) -> None:
             default(request, client_address)
 
     server.handle_error = handle_error
+
+
+# A folder whose sitecustomize.py has Spark's Python workers import the installed PySpark
+# rather than its copy in pyspark.zip, which they would compile anew each (the file says how)
+WORKER_SITE = Path(__file__).resolve().parent / "worker_site"
+
+
+def worker_path(conf, installed: bool) -> str:
+    """``spark.executorEnv.PYTHONPATH``: what Spark was given, with :data:`WORKER_SITE` first
+    when ``installed`` (``pidquota.spark.python.installed``)."""
+    given = conf.get("spark.executorEnv.PYTHONPATH", "") or ""
+    if not installed or str(WORKER_SITE) in given.split(os.pathsep):
+        return given
+    return os.pathsep.join(p for p in (str(WORKER_SITE), given) if p)
 
 
 def _gateway(driver_memory: str = "", class_cache: str = "", java_options: str = ""):

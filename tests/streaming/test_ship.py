@@ -22,8 +22,8 @@ def test_the_zip_holds_every_package_of_the_project_and_its_data():
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     mapped = {ship.ROOT_PACKAGE, *(f"{ship.ROOT_PACKAGE}.{sub}" for sub in ship.SUBPACKAGES)}
     assert mapped == set(setuptools["package-dir"])
-    data = {
-        pattern.removeprefix("*") for patterns in setuptools["package-data"].values() for pattern in patterns
+    data = {  # the zip ships files by suffix: every package-data file's suffix is shipped
+        Path(pattern).suffix for patterns in setuptools["package-data"].values() for pattern in patterns
     }
     assert set(ship.SHIPPED_SUFFIXES) == {".py", *data}
 
