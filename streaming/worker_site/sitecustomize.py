@@ -24,7 +24,7 @@ import os
 import sys
 from importlib.machinery import PathFinder
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.realpath(__file__))
 
 
 def installed_first(path: list[str]) -> list[str]:
@@ -46,7 +46,7 @@ def installed_first(path: list[str]) -> list[str]:
 
 def _chain() -> None:
     """Run the environment's own ``sitecustomize``, which this file shadows, if it has one."""
-    others = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+    others = [p for p in sys.path if os.path.realpath(p or ".") != HERE]
     spec = PathFinder.find_spec("sitecustomize", others)
     if spec is not None and spec.loader is not None:
         module = importlib.util.module_from_spec(spec)

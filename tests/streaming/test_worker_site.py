@@ -70,6 +70,9 @@ def test_the_environment_s_own_sitecustomize_still_runs(tmp_path):
     (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.THEIRS = 'ran'\n")
     ran = _fresh_python([ZIP, str(WORKER_SITE), str(tmp_path)], "import builtins; print(builtins.THEIRS)")
     assert ran == "ran"
+    (tmp_path / "link").symlink_to(WORKER_SITE)  # the folder twice, by two names: it runs once, not forever
+    twice = [ZIP, str(tmp_path / "link"), str(WORKER_SITE), str(tmp_path)]
+    assert _fresh_python(twice, "import builtins; print(builtins.THEIRS)") == "ran"
 
 
 def test_the_session_s_workers_import_the_installed_pyspark(spark):
