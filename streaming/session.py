@@ -101,7 +101,7 @@ def spark_session(config: Config, master: str | None = None):
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stateStore.stateSchemaCheck", "true")
         .config("spark.sql.adaptive.enabled", "false")  # not used by streaming; Spark warns if on
-        .config("spark.executorEnv.PYTHONPATH", worker_path(conf, config["pidquota.spark.python.installed"]))
+        .config(map=_worker_env(conf, chosen, config["pidquota.spark.python.installed"]))
         .getOrCreate()
     )
     spark.conf.set("spark.sql.shuffle.partitions", partitions)
@@ -171,6 +171,15 @@ def _quiet_accumulator_server(sc) -> None:
 # A folder whose sitecustomize.py has Spark's Python workers import the installed PySpark
 # rather than its copy in pyspark.zip, which they would compile anew each (the file says how)
 WORKER_SITE = Path(__file__).resolve().parent / "worker_site"
+
+
+def _worker_env(conf, master: str, installed: bool) -> dict[str, str]:
+    """The workers' PYTHONPATH to set: only on a local master (a cluster's executors would have
+    their own PYTHONPATH replaced by a folder of this machine) and only when it changes."""
+    path = worker_path(conf, installed)
+    if not master.startswith("local") or path == (conf.get("spark.executorEnv.PYTHONPATH", "") or ""):
+        return {}
+    return {"spark.executorEnv.PYTHONPATH": path}
 
 
 def worker_path(conf, installed: bool) -> str:

@@ -46,7 +46,9 @@ def installed_first(path: list[str]) -> list[str]:
 
 def _chain() -> None:
     """Run the environment's own ``sitecustomize``, which this file shadows, if it has one."""
-    others = [p for p in sys.path if os.path.realpath(p or ".") != HERE]
+    ran = sys.__dict__.setdefault("_pidquota_worker_sites", set())  # two copies must not call each other
+    ran.add(HERE)
+    others = [p for p in sys.path if os.path.realpath(p or ".") not in ran]
     spec = PathFinder.find_spec("sitecustomize", others)
     if spec is not None and spec.loader is not None:
         module = importlib.util.module_from_spec(spec)
