@@ -618,7 +618,8 @@ SETTINGS: tuple[Setting, ...] = (
         "Spark's Python workers import the PySpark installed beside pidquota (with its compiled "
         "bytecode) instead of the same code in $SPARK_HOME/python/lib/pyspark.zip, when that "
         "zip is this installation's (streaming/worker_site/sitecustomize.py, given to the "
-        "workers through spark.executorEnv.PYTHONPATH). false: the workers' path as Spark sets it.",
+        "workers through spark.executorEnv.PYTHONPATH, on a local master only: a cluster's nodes keep "
+        "their own PYTHONPATH). false: the workers' path as Spark sets it.",
     ),
     Setting(
         "pidquota.spark.shuffle.partitions",
