@@ -209,7 +209,11 @@ class TimestampedBloomFilter:
             raise CorruptStateError("Bloom layer bit array is truncated")
         layer = cls.__new__(cls)
         bf = BloomFilter.__new__(BloomFilter)
-        bf._setup(rate, slices, per_slice, capacity, count)
+        if kind == MIX64:  # pybloom-live's own hash functions are never asked: skip building them
+            bf.error_rate, bf.num_slices, bf.bits_per_slice = rate, slices, per_slice
+            bf.capacity, bf.num_bits, bf.count = capacity, num_bits, count
+        else:
+            bf._setup(rate, slices, per_slice, capacity, count)
         bits = bitarray.bitarray(endian="little")
         bits.frombytes(bytes(buf[end : end + nbytes]))
         del bits[num_bits:]

@@ -71,9 +71,10 @@ def _find_takes(bucket: TokenBucket, tl: list[int]) -> list[tuple[int, float, in
     """The requests that take a token, with the credit and time each leaves."""
     window, rate = bucket.window_ms, bucket.rate
     slack = SLACK * window
+    if isinstance(rate, int) and isinstance(bucket.credit, int) and slack < 1:
+        return _find_takes_exact(bucket, tl)
     probe = TokenBucket(rate, window, bucket.last_ms)
     probe.credit = bucket.credit
-    exact = isinstance(rate, int) and isinstance(probe.credit, int) and slack < 1
     takes, i, n = [], 0, len(tl)
     while i < n:
         credit = probe.credit_at(tl[i])
@@ -82,11 +83,35 @@ def _find_takes(bucket: TokenBucket, tl: list[int]) -> list[tuple[int, float, in
             probe.last_ms = max(probe.last_ms, tl[i])
             takes.append((i, probe.credit, probe.last_ms))
             i += 1
-        elif exact:  # credit reaches W at t0 + ceil((W - c) / R)
-            due = probe.last_ms + -(-(window - probe.credit) // rate)
-            i = bisect_left(tl, due, i + 1)
         else:
             i = bisect_left(tl, True, i + 1, key=lambda t: window - probe.credit_at(t) <= slack)
+    return takes
+
+
+def _find_takes_exact(bucket: TokenBucket, tl: list[int]) -> list[tuple[int, int, int]]:
+    """:func:`_find_takes` for an integer R and credit: ``TokenBucket.credit_at`` and
+    ``try_take``'s arithmetic inlined on local integers (a call per request cost more than
+    the arithmetic; the operator builds a run per segment of each principal's batch)."""
+    window, rate = bucket.window_ms, bucket.rate
+    cap = bucket.capacity_credit
+    full = cap - SLACK * window  # credit at or above it is the capacity (credit_at)
+    credit, last = bucket.credit, bucket.last_ms
+    takes, i, n = [], 0, len(tl)
+    while i < n:
+        t = tl[i]
+        now = credit
+        if t > last:
+            now = credit + rate * (t - last)
+            if now >= full:
+                now = cap
+        if now >= window:  # window - now <= SLACK * window < 1, in integers
+            credit = now - window
+            if t > last:
+                last = t
+            takes.append((i, credit, last))
+            i += 1
+        else:  # credit reaches W at last + ceil((W - credit) / R)
+            i = bisect_left(tl, last + -(-(window - credit) // rate), i + 1)
     return takes
 
 
@@ -94,7 +119,8 @@ def _refusals(bucket: TokenBucket, times: np.ndarray, which: np.ndarray, credit:
     """Wait and tokens of refused requests at ``times``, each from its anchor ``which``."""
     window, rate = bucket.window_ms, bucket.rate
     cap = bucket.capacity_credit
-    if isinstance(rate, int) and all(isinstance(c, int) for c in credit) and cap < _EXACT:
+    # an integer R keeps an integer starting credit integer through every take (_find_takes)
+    if isinstance(rate, int) and isinstance(credit[0], int) and cap < _EXACT:
         c0 = np.asarray(credit, dtype=np.int64)[which]
         dt = times - np.asarray(since, dtype=np.int64)[which]
         grown = c0 + rate * np.minimum(dt, cap // rate + 2)  # no overflow: capped below

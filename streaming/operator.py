@@ -209,6 +209,7 @@ def _judged(
     throttled = len(admitted) - took
     m["throttle_time_ms"] = round(m["throttle_time_ms"])
     chosen = decision_clients(decisions, clients)
+    named = {} if clients is None else main_client(decisions, chosen)  # None: no PID named a client
     return _row(
         kind=KIND_METRIC,
         principal=principal,
@@ -220,7 +221,7 @@ def _judged(
         ignored=ignored,
         quota_stale=stale,
         **_arrays(decisions, chosen),
-        **main_client(decisions, chosen),
+        **named,
         **m,
     )
 
