@@ -18,7 +18,8 @@ every start. Java 13+ can write the classes a JVM loaded to an archive when it e
   on the same class path (0.3 s; the checksums catch a corrupt archive too), and renames it
   to ``NAME-KEY.jsa`` (atomic) only if that JVM started; else deletes it.
 * **Kept small:** the three newest archives per program name stay; an upgrade's older
-  ones go.
+  ones go, and so do another key's temporary archives untouched for a day (a deleted
+  venv's: no start of its own would ever check them).
 * **Only a JVM pidquota starts itself** gets it: not spark-submit's, and not one given
   ``spark.driver.extraJavaOptions`` of the user's own.
 
@@ -39,6 +40,10 @@ from pathlib import Path
 
 WHOLE_AFTER_S = 20.0  # a JVM writes its archive in ~15 s without pause; untouched this long, it is done
 STARTED_WITHIN_S = 60.0  # a JVM whose class path was recorded this recently may still write one
+# another Java's or Spark's temporary archive untouched this long (a deleted venv's; no start
+# of its own key comes to check it): removed, ~180 MB each
+STALE_S = 86400.0
+ORPHAN_S = 7 * 86400.0  # a class path with no archive beside it, this old: its JVM is long gone
 CHECK_TIMEOUT_S = 30.0
 QUIET = "-Xlog:cds=off,cds+dynamic=off"  # "skipping class X" lines, a refused archive
 
@@ -136,19 +141,26 @@ def _promote(base: Path, key: str, archive: Path, java: str, now: float) -> bool
             continue
         if age < STARTED_WITHIN_S:
             pending = True  # JVMs started together (a test's 3 brokers): one writes, not each
-        elif age > 7 * 86400:
-            orphan.unlink(missing_ok=True)
-    _prune(base, key)
+    _prune(base, key, now)
     return pending
 
 
-def _prune(base: Path, key: str, keep: int = 3) -> None:
+def _prune(base: Path, key: str, now: float, keep: int = 3) -> None:
     """Archives of other Java or jar versions (an upgrade's leftovers, ~180 MB each): the
-    ``keep`` newest of the program's name stay."""
+    ``keep`` newest of the program's name stay. Another key's temporary archive untouched
+    for :data:`STALE_S` goes with its class path, since only a start with that key would
+    check it; a class path alone (a JVM that never wrote, or runs still) after :data:`ORPHAN_S`."""
     name = key.rsplit("-", 1)[0]
     others = [(t, p) for p in base.glob(f"{name}-*.jsa") if p.stem != key and (t := _mtime(p)) is not None]
     for _, old in sorted(others, key=lambda tp: -tp[0])[max(keep - 1, 0) :]:
         old.unlink(missing_ok=True)
+    for left in base.glob(f"{name}-*.tmp"):  # a JVM writes its .tmp as it exits, in ~15 s
+        if not left.name.startswith(f"{key}.") and now - (_mtime(left) or now) > STALE_S:
+            left.unlink(missing_ok=True)
+            left.with_suffix(".cp").unlink(missing_ok=True)
+    for left in base.glob(f"{name}-*.cp"):  # a JVM still running may write its .tmp at exit
+        if not left.with_suffix(".tmp").exists() and now - (_mtime(left) or now) > ORPHAN_S:
+            left.unlink(missing_ok=True)
 
 
 def _maps(java: str, tmp: Path, class_path: str) -> bool:

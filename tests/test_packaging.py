@@ -134,8 +134,11 @@ def test_the_wheel_installs_pidquota_alone_and_runs_beside_squatters(tmp_path):
     wheels = tmp_path / "wheels"
     _pip(sys.executable, "wheel", "--no-deps", "-w", str(wheels), str(source))
     (wheel,) = wheels.glob("pidquota-*.whl")
-    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"pidquota"}, tops
+    # package data the run needs: the Python workers' site file (pidquota.spark.python.installed)
+    assert "pidquota/streaming/worker_site/sitecustomize.py" in names, sorted(names)
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)

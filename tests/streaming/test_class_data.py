@@ -79,6 +79,28 @@ def test_an_upgrades_old_archives_go_the_newest_stay(tmp_path, jars):
     assert left == ["kafka-0000000000000000.jsa", f"spark-{3:016x}.jsa", f"spark-{4:016x}.jsa"]
 
 
+def test_another_keys_temporary_archives_go_after_a_day_this_keys_stay(tmp_path, jars):
+    """A deleted venv's JVM wrote a temporary archive that no start of its own key will check."""
+    stale = [tmp_path / f"spark-{'a' * 16}.1-00000000{s}" for s in (".tmp", ".cp")]
+    fresh = [tmp_path / f"spark-{'b' * 16}.2-00000000{s}" for s in (".tmp", ".cp")]
+    day = time.time() - class_data.STALE_S
+    for path, age in [(p, day - 60) for p in stale] + [(p, day + 60) for p in fresh]:
+        path.write_bytes(b"x")
+        os.utime(path, (age, age))
+    other = tmp_path / f"kafka-{'c' * 16}.3-00000000.tmp"  # another program's: not this one's
+    other.write_bytes(b"x")
+    os.utime(other, (day - 60, day - 60))
+    ours = _written(tmp_path, jars)  # this key's own, being written: kept
+    week = time.time() - class_data.ORPHAN_S
+    alone = [tmp_path / f"spark-{'d' * 16}.{n}-00000000.cp" for n in (4, 5)]  # no archive beside
+    for path, age in zip(alone, (week - 60, week + 60), strict=True):
+        path.write_text("cp")
+        os.utime(path, (age, age))
+    _options(tmp_path, jars, time.time())
+    assert [p.exists() for p in (*stale, *alone)] == [False, False, False, True]
+    assert all(p.exists() for p in (*fresh, other, ours))
+
+
 def test_an_archive_that_java_cannot_map_is_deleted_not_used(tmp_path, jars):
     tmp = _written(tmp_path, jars, b"truncated: java would crash on it")
     options = _options(tmp_path, jars, time.time() + class_data.WHOLE_AFTER_S)

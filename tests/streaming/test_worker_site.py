@@ -77,6 +77,10 @@ def test_the_environment_s_own_sitecustomize_still_runs(tmp_path):
 
 def test_the_session_s_workers_import_the_installed_pyspark(spark):
     """A task of the tests' own session (pidquota.streaming.session, the setting's default)."""
+    from pidquota.streaming.session import _spark_home
+
+    # the setting moves only this installation's zip: a SPARK_HOME of another Spark keeps its own
+    assert _spark_home().resolve() == INSTALLED, f"SPARK_HOME={_spark_home()} is not the installed PySpark"
 
     def where(_):
         import pyspark
