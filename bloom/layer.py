@@ -212,6 +212,7 @@ class TimestampedBloomFilter:
         if kind == MIX64:  # pybloom-live's own hash functions are never asked: skip building them
             bf.error_rate, bf.num_slices, bf.bits_per_slice = rate, slices, per_slice
             bf.capacity, bf.num_bits, bf.count = capacity, num_bits, count
+            bf.make_hashes = bf.hashfn = None  # pybloom-live's pickling deletes them; unpickling rebuilds
         else:
             bf._setup(rate, slices, per_slice, capacity, count)
         bits = bitarray.bitarray(endian="little")

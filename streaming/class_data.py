@@ -149,18 +149,38 @@ def _prune(base: Path, key: str, now: float, keep: int = 3) -> None:
     """Archives of other Java or jar versions (an upgrade's leftovers, ~180 MB each): the
     ``keep`` newest of the program's name stay. Another key's temporary archive untouched
     for :data:`STALE_S` goes with its class path, since only a start with that key would
-    check it; a class path alone (a JVM that never wrote, or runs still) after :data:`ORPHAN_S`."""
+    check it; a class path alone (a JVM that never wrote) after :data:`ORPHAN_S`, unless the
+    process that prepared it still runs."""
     name = key.rsplit("-", 1)[0]
     others = [(t, p) for p in base.glob(f"{name}-*.jsa") if p.stem != key and (t := _mtime(p)) is not None]
     for _, old in sorted(others, key=lambda tp: -tp[0])[max(keep - 1, 0) :]:
         old.unlink(missing_ok=True)
     for left in base.glob(f"{name}-*.tmp"):  # a JVM writes its .tmp as it exits, in ~15 s
-        if not left.name.startswith(f"{key}.") and now - (_mtime(left) or now) > STALE_S:
+        if _older(left, now, STALE_S):  # (the own key's were checked by _promote already)
             left.unlink(missing_ok=True)
             left.with_suffix(".cp").unlink(missing_ok=True)
     for left in base.glob(f"{name}-*.cp"):  # a JVM still running may write its .tmp at exit
-        if not left.with_suffix(".tmp").exists() and now - (_mtime(left) or now) > ORPHAN_S:
+        if not left.with_suffix(".tmp").exists() and _older(left, now, ORPHAN_S) and not _alive(left):
             left.unlink(missing_ok=True)
+
+
+def _older(path: Path, now: float, seconds: float) -> bool:
+    """Was ``path`` last touched more than ``seconds`` before ``now`` (False: gone meanwhile)?"""
+    mtime = _mtime(path)
+    return mtime is not None and now - mtime > seconds
+
+
+def _alive(class_path: Path) -> bool:
+    """Does the process that prepared ``KEY.PID-RANDOM.cp`` still run (a driver of weeks, whose
+    JVM writes its archive as it exits)? A reused PID only keeps the file longer."""
+    try:
+        pid = int(class_path.name.split(".")[1].split("-")[0])
+        os.kill(pid, 0)
+    except (ValueError, IndexError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def _maps(java: str, tmp: Path, class_path: str) -> bool:

@@ -57,10 +57,11 @@ def jsonl_bytes(table: pa.Table) -> Iterator[memoryview]:
         for start in range(0, n, _CHUNK):
             yield _chunk(table.slice(start, _CHUNK))
         return
-    # Two threads, a chunk each (up to _CHUNK rows), two chunks at a time: Arrow's kernels
+    # Two threads, a half-chunk each (up to _CHUNK / 2 rows), two at a time: Arrow's kernels
     # release the GIL, and on the driver, in foreachBatch, the executors' cores are idle.
-    # Yielded in order: the same bytes, and at most two chunks held, as one thread holds one.
-    size = min(_CHUNK, -(-n // 2))
+    # Yielded in order: the same bytes. The writer holds the last one while the next pair is
+    # made: three halves, under the two chunks one thread peaks at.
+    size = min(_CHUNK // 2, -(-n // 2))
     with ThreadPoolExecutor(2, thread_name_prefix="pidquota-jsonl") as pool:
         for start in range(0, n, 2 * size):
             pair = [pool.submit(_chunk, table.slice(at, size)) for at in (start, start + size) if at < n]

@@ -82,7 +82,8 @@ def test_an_upgrades_old_archives_go_the_newest_stay(tmp_path, jars):
 def test_another_keys_temporary_archives_go_after_a_day_this_keys_stay(tmp_path, jars):
     """A deleted venv's JVM wrote a temporary archive that no start of its own key will check."""
     stale = [tmp_path / f"spark-{'a' * 16}.1-00000000{s}" for s in (".tmp", ".cp")]
-    fresh = [tmp_path / f"spark-{'b' * 16}.2-00000000{s}" for s in (".tmp", ".cp")]
+    gone = _gone_pid()
+    fresh = [tmp_path / f"spark-{'b' * 16}.{gone}-33333333{s}" for s in (".tmp", ".cp")]
     day = time.time() - class_data.STALE_S
     for path, age in [(p, day - 60) for p in stale] + [(p, day + 60) for p in fresh]:
         path.write_bytes(b"x")
@@ -92,13 +93,26 @@ def test_another_keys_temporary_archives_go_after_a_day_this_keys_stay(tmp_path,
     os.utime(other, (day - 60, day - 60))
     ours = _written(tmp_path, jars)  # this key's own, being written: kept
     week = time.time() - class_data.ORPHAN_S
-    alone = [tmp_path / f"spark-{'d' * 16}.{n}-00000000.cp" for n in (4, 5)]  # no archive beside
-    for path, age in zip(alone, (week - 60, week + 60), strict=True):
+    alone = [  # no archive beside: its process gone for a week, or for a day, or running for a week
+        tmp_path / f"spark-{'d' * 16}.{pid}-{rand}.cp"
+        for pid, rand in ((gone, "00000000"), (gone, "11111111"), (os.getpid(), "22222222"))
+    ]
+    for path, age in zip(alone, (week - 60, week + 60, week - 60), strict=True):
         path.write_text("cp")
         os.utime(path, (age, age))
+    beside = fresh[0].with_suffix(".cp")  # a week-old class path whose JVM wrote an hour ago: kept
+    os.utime(beside, (week - 60, week - 60))
     _options(tmp_path, jars, time.time())
-    assert [p.exists() for p in (*stale, *alone)] == [False, False, False, True]
+    assert [p.exists() for p in (*stale, *alone)] == [False, False, False, True, True]
     assert all(p.exists() for p in (*fresh, other, ours))
+
+
+def _gone_pid() -> int:
+    """A PID no process has now."""
+    pid = 4_000_000
+    while Path(f"/proc/{pid}").exists():
+        pid -= 1
+    return pid
 
 
 def test_an_archive_that_java_cannot_map_is_deleted_not_used(tmp_path, jars):
