@@ -101,10 +101,15 @@ def java_options(folder: str, java: str, jars: Path, now: float | None = None, n
 
 
 def _key(java: str, jars: Path) -> str:
+    """The archive's key: the ``java`` binary and each jar by name, size and modification time,
+    what Java checks before it maps an archive ("A jar file is not the one used while building
+    the shared archive file"). A venv made again at the same path has new jars: a new key, not
+    an archive Java refuses at every start."""
     real = Path(java).resolve()
     stat = real.stat()
-    names = sorted(p.name for p in jars.glob("*.jar")) if jars.is_dir() else []
-    text = "\n".join([str(real), str(stat.st_size), str(int(stat.st_mtime)), str(jars.resolve()), *names])
+    found = [(p.name, p.stat()) for p in jars.glob("*.jar")] if jars.is_dir() else []
+    named = [f"{name} {st.st_size} {int(st.st_mtime)}" for name, st in sorted(found)]
+    text = "\n".join([str(real), str(stat.st_size), str(int(stat.st_mtime)), str(jars.resolve()), *named])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -140,6 +140,16 @@ def test_another_spark_or_java_gets_its_own_archive(tmp_path, jars):
     assert _options(tmp_path, jars).split()[0] != before
 
 
+def test_a_venv_made_again_at_the_same_path_gets_a_new_archive(tmp_path, jars):
+    """Java refuses an archive whose jars changed size or time ("A jar file is not the one used
+    while building the shared archive file"), so the same names are not the same jars."""
+    key = class_data._key(find_java(), jars)
+    os.utime(jars / "spark-sql.jar", (1_000_000, 1_000_000))  # the same jar, installed anew
+    assert class_data._key(find_java(), jars) != key
+    (jars / "spark-sql.jar").write_bytes(b"longer")
+    assert len({key, class_data._key(find_java(), jars)}) == 2
+
+
 def test_a_folder_that_cannot_be_written_costs_the_speed_not_the_run(tmp_path, jars):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
