@@ -6,7 +6,8 @@ every start. Java 13+ can write the classes a JVM loaded to an archive when it e
 (``-XX:SharedArchiveFile``), skipping that work.
 
 * **One archive per program, Java and class path.** Its name hashes the ``java`` binary
-  (path, size, mtime) and the jars; an upgrade of either writes a new one. Java refuses
+  (path, size, mtime) and the jars (name, size, mtime: a venv made again at the same path
+  has new jars); an upgrade of either writes a new one. Java refuses
   an archive whose class path differs and starts without it (its complaint is silenced:
   the only cost is the lost speed).
 * **Written once,** by the first JVM that exits when there is no archive and no other JVM
