@@ -97,8 +97,15 @@ class Mix64:
     @classmethod
     def one(cls, pid: int, slices: int, per_slice: int) -> tuple[int, ...]:
         """The positions of one PID, as :meth:`many` gives them."""
-        h = cls._mix((pid + _GOLDEN) & _MASK)
-        return tuple(
-            i * per_slice + ((cls._mix((h + (i + 1) * _GOLDEN) & _MASK) >> 32) * per_slice >> 32)
-            for i in range(slices)
-        )
+        # The mix inlined and each slice's seed stepped by phi (mod 2**64), no call per slice:
+        # every PID of a batch judged one at a time (a steady principal's, quota/enforcer.py)
+        # is hashed here
+        x = cls._mix((pid + _GOLDEN) & _MASK)
+        out, at = [], 0
+        for _ in range(slices):
+            x = (x + _GOLDEN) & _MASK  # h + (i + 1) phi
+            z = ((x ^ (x >> 30)) * _M1) & _MASK
+            z = ((z ^ (z >> 27)) * _M2) & _MASK
+            out.append(at + (((z ^ (z >> 31)) >> 32) * per_slice >> 32))
+            at += per_slice
+        return tuple(out)
