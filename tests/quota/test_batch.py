@@ -124,6 +124,27 @@ def test_a_bucket_run_answers_as_try_take(rate):
     assert (bucket.credit, bucket.last_ms) == (again.credit, again.last_ms)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_a_bucket_run_from_a_spent_bucket_answers_as_try_take_even_before_its_last_take(seed):
+    """A bucket part spent at a time later than some requests (a late event: time is the
+    principal's own), integer R and credit (BucketRun's exact path) and a float R."""
+    rng = np.random.default_rng(seed)
+    rate = [3, 100, 1][seed % 3] if seed < 3 else [2.5, 0.5, 7.25][seed % 3]
+    last = 600_000
+    times = np.sort(rng.integers(0, 1_800_000, 400))
+    fresh = [TokenBucket(rate, 3_600_000, last) for _ in range(2)]
+    for b in fresh:
+        for _ in range(int(rate) // 2 + 1):
+            b.try_take(last)  # spent at `last`, after the first requests
+    bucket, one = fresh
+    run = BucketRun(bucket, times)
+    waits = [one.try_take(t) for t in times.tolist()]
+    assert run.admitted.tolist() == [w == 0 for w in waits]
+    assert run.wait.tolist() == waits
+    assert run.commit(len(times)) == sum(w == 0 for w in waits)
+    assert (bucket.credit, bucket.last_ms) == (one.credit, one.last_ms)
+
+
 def test_a_state_saved_before_the_new_hash_still_resumes():
     """A state written by the previous release (its Bloom layers hashed by pybloom-live):
     PIDs 1000..1059 admitted at t = 0..1180 s, R = 100 per hour."""
