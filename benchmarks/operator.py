@@ -3,7 +3,7 @@ over ``benchmarks/streaming.py``'s inputs, folded as the source folds them.
 
     python benchmarks/operator.py [--input flood|realistic] [--events 1000000] [--profile tottime]
 
-``--events`` events from 500 principals over 2 hours (``streaming.write_input``'s traffic),
+``--events`` events from 500 principals over 2 hours (``streaming.traffic``, what it writes),
 in 10 batches; each batch is folded one row per principal per input partition (two, as
 two cores read it) and grouped into ``pidquota.state.buckets`` groups by a CRC of the
 principal (Spark's xxhash64 spreads them alike). Each group's state is kept between batches
@@ -28,12 +28,12 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* from the root
 
+from benchmarks.streaming import traffic  # noqa: E402
 from pidquota.conf.loader import load  # noqa: E402
 from pidquota.quota import QuotaSettings, StaticQuotas  # noqa: E402
 from pidquota.streaming.operator import make_state_function  # noqa: E402
 
-START = 1_767_225_600_000
-PRINCIPALS, FILES, PARTITIONS = 500, 10, 2
+FILES, PARTITIONS = 10, 2
 COLUMNS = ["principal", "producer_ids", "timestamps", "epochs", "client_pids", "clients", "dead"]
 
 
@@ -62,20 +62,6 @@ class GroupState:
 
     def remove(self) -> None:
         self.blob = None
-
-
-def traffic(n: int, flood: bool, seed: int = 7):
-    """``benchmarks/streaming.py``'s ``write_input`` traffic, as arrays."""
-    rng = np.random.default_rng(seed)
-    ts = np.sort(rng.integers(START, START + 2 * 3_600_000, n))
-    principal = rng.integers(0, PRINCIPALS, n)
-    if flood:
-        pid = np.arange(n) + 10_000_000
-    else:
-        pid = principal * 100 + rng.integers(0, 8, n)
-        fresh = rng.random(n) < 0.01
-        pid[fresh] = 50_000_000 + np.arange(fresh.sum())
-    return ts, principal, pid
 
 
 def batches(n: int, flood: bool, groups: int, delay_ms: int) -> list[tuple[dict, int]]:

@@ -69,18 +69,26 @@ OTHERS = {
 }  # fmt: skip
 
 
-def write_input(folder: Path, n: int, files: int, flood: bool, seed: int = 7, clients: bool = False) -> None:
-    """``n`` events over 2 hours from 500 principals, sorted by time, in ``files`` files; with
-    ``clients``, each event names its client (4 client.ids per principal) and broker (6)."""
+def traffic(n: int, flood: bool, seed: int = 7) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``n`` events over 2 hours from 500 principals, sorted by time: (timestamps, principal
+    numbers, producer ids). The flood: every event a new PID; else each principal has 8
+    long-lived producers and 1% of events are fresh PIDs."""
     rng = np.random.default_rng(seed)
     ts = np.sort(rng.integers(1_767_225_600_000, 1_767_225_600_000 + 2 * 3_600_000, n))
     principal = rng.integers(0, 500, n)
     if flood:
         pid = np.arange(n) + 10_000_000
-    else:  # each principal has 8 long-lived producers; 1% of events are fresh PIDs
+    else:
         pid = principal * 100 + rng.integers(0, 8, n)
         fresh = rng.random(n) < 0.01
         pid[fresh] = 50_000_000 + np.arange(fresh.sum())
+    return ts, principal, pid
+
+
+def write_input(folder: Path, n: int, files: int, flood: bool, seed: int = 7, clients: bool = False) -> None:
+    """:func:`traffic` in ``files`` files of JSON lines; with ``clients``, each event names its
+    client (4 client.ids per principal) and broker (6)."""
+    ts, principal, pid = traffic(n, flood, seed)
     folder.mkdir(parents=True)
     for k, idx in enumerate(np.array_split(np.arange(n), files)):
         with open(folder / f"part-{k:03d}.jsonl", "w") as f:
