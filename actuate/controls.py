@@ -274,6 +274,44 @@ class Controls:
             raise ControlError(f"Kafka at {self._where} refused to describe the ACLs of {principal}: {error}")
         return bool(found)
 
+    def topic_writers(self, topic: str) -> list[AclBinding]:
+        """Every ALLOW ACL that lets a principal write ``topic`` (WRITE or ALL; literal,
+        prefixed or wildcard: Kafka's MATCH filter)."""
+        from kafka.admin import (
+            ACLFilter,
+            ACLOperation,
+            ACLPermissionType,
+            ACLResourcePatternType,
+            ResourcePatternFilter,
+            ResourceType,
+        )
+
+        matching = ResourcePatternFilter(ResourceType.TOPIC, topic, ACLResourcePatternType.MATCH)
+        wanted = ACLFilter(None, None, ACLOperation.ANY, ACLPermissionType.ALLOW, matching)
+        try:
+            found, error = self._admin.describe_acls(wanted)
+        except Exception as exc:  # kafka-python raises several kinds here
+            raise ControlError(
+                f"Kafka at {self._where} did not describe the ACLs of topic {topic!r}: {exc}"
+            ) from None
+        if getattr(error, "errno", 0):
+            raise ControlError(
+                f"Kafka at {self._where} refused to describe the ACLs of topic {topic!r}: {error}"
+            )
+        return [
+            AclBinding(
+                a.principal,
+                a.operation.name,
+                "ALLOW",
+                "TOPIC",
+                a.resource_pattern.resource_name,
+                pattern=a.resource_pattern.pattern_type.name,
+                host=a.host,
+            )
+            for a in found
+            if a.operation in (ACLOperation.WRITE, ACLOperation.ALL)
+        ]
+
     def broker_configs(self, *names: str) -> dict[int, dict[str, str]]:
         """Each broker's value of each of ``names`` (DescribeConfigs, by broker id; "" for none)."""
         from kafka.admin import ConfigResource, ConfigResourceType

@@ -419,8 +419,15 @@ def _control_of(key: bytes | None) -> Control:
 
 
 def topic_bindings(principal: str, topic: str) -> list[AclBinding]:
-    """``principal`` alone may describe, read and write ``topic`` (see :func:`ensure_compacted`)."""
-    return [AclBinding(principal, op, "ALLOW", "TOPIC", topic) for op in ("DESCRIBE", "READ", "WRITE")]
+    """``principal`` alone may describe, read and write ``topic``, and read its configs (see
+    :func:`ensure_compacted`)."""
+    ops = (
+        "DESCRIBE",
+        "DESCRIBE_CONFIGS",
+        "READ",
+        "WRITE",
+    )  # DESCRIBE_CONFIGS: its cleanup.policy, at each start
+    return [AclBinding(principal, op, "ALLOW", "TOPIC", topic) for op in ops]
 
 
 def ensure_compacted(options: dict, topic: str, timeout_ms: int, guard: list[AclBinding], what: str) -> None:
@@ -437,6 +444,7 @@ def ensure_compacted(options: dict, topic: str, timeout_ms: int, guard: list[Acl
         try:
             admin.create_topics([NewTopic(topic, 1, min(3, brokers), topic_configs=configs)])
         except TopicAlreadyExistsError:
+            _check_one_partition(admin, topic, what)
             _check_compacted(admin, topic, what)
         else:
             _guard(options, topic, timeout_ms, guard, what)
@@ -477,6 +485,19 @@ def _guard(options: dict, topic: str, timeout_ms: int, bindings: list[AclBinding
         )
     finally:
         controls.close()
+
+
+def _check_one_partition(admin, topic: str, what: str) -> None:
+    """An existing topic must have one partition: pidquota writes and reads partition 0 alone
+    (and the broker plug-in refuses nothing from a state topic of more), so records elsewhere
+    would be unseen."""
+    found = admin.describe_topics([topic])
+    count = len(found[0].get("partitions") or []) if found else 0
+    if count > 1:
+        raise JournalError(
+            f"{what} {topic!r} exists with {count} partitions, and pidquota writes and reads one: "
+            f"delete it (pidquota makes it anew, compacted, with one), or name another topic"
+        )
 
 
 def _check_compacted(admin, topic: str, what: str) -> None:

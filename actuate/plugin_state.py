@@ -59,6 +59,20 @@ class PluginState:
         guard = topic_bindings(principal, self.topic) if principal else []
         ensure_compacted(self.options, self.topic, self.timeout_ms, guard, "the plug-in's state topic")
 
+    def others_who_may_write(self, controls, own: str) -> list[str]:
+        """Who besides pidquota's principal ``own`` may write the topic, a phrase each: every
+        ALLOW ACL of WRITE or ALL that matches it (literal, prefixed, wildcard; a wildcard
+        principal too), and, where no ACL names it at all, every principal when the brokers
+        allow everyone where no ACL is found. A DENY is not weighed: the check errs on the side
+        of saying. ``own`` empty (pidquota's principal not known): every writer is another."""
+        writers = controls.topic_writers(self.topic)
+        others = [b.name for b in writers if not own or b.principal != own]
+        if not writers:
+            explicit, why = controls.grants_explicitly()
+            if not explicit:
+                others.append(f"every principal: no ACL lets anyone write it, and {why}")
+        return others
+
     def read(self, principal: str, client_id: str | None = None) -> bool:
         """Whether the principal's throttle (or its client id's) is in the topic now (its newest
         record, not a tombstone, and not ended)."""

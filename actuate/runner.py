@@ -168,6 +168,7 @@ class BatchActuator:
             if cluster is not None:  # whatever the mechanism now: the journal may hold plug-in throttles
                 cluster.state = PluginState(where, config["pidquota.actuator.plugin.topic"])  # of a past run
         self.heartbeat_ms = config["pidquota.actuator.plugin.heartbeat.ms"]
+        self.others_may_write = config["pidquota.actuator.plugin.others.may.write"]
         mechanism = mechanism_of(config, self.mechanism)
         self.actuator = Actuator(mechanism, rails_of(config), controls, journal, clock, peek=looking)
         self.by_address = self.mechanism == CONNECTIONS
@@ -228,6 +229,7 @@ class BatchActuator:
         state = self.actuator.controls.state
         if self.mechanism == PLUGIN:  # the plug-in's topic, then the heartbeat that makes the brokers obey it
             state.ensure(self.actuator.journal.principal)
+            self._check_writers(state)
             state.start_heartbeat(self.heartbeat_ms)
         if self.loop is not None and self.deny_asked and self.mechanism in STOCK:
             self.deny = self._deny_allowed()
@@ -236,6 +238,34 @@ class BatchActuator:
         for address, principal in self.actuator.held_addresses().items():
             self.book.own(address, principal)  # a restart knows the addresses it holds again
         return self._said(rows)
+
+    def _check_writers(self, state: PluginState) -> None:
+        """At every start: who besides pidquota may write the state topic, which decides whom
+        every broker refuses. Refused (a ConfigError naming each ACL) unless the operator allows
+        it, then said as a warning."""
+        own = self.actuator.journal.principal
+        try:
+            others = state.others_who_may_write(self.actuator.controls, own)
+        except ControlError as exc:
+            others = [f"not known ({exc}; pidquota's principal needs DESCRIBE on the cluster to read ACLs)"]
+        if not others:
+            return
+        said = "; ".join(others)
+        if self.others_may_write:
+            log.warning(
+                "actuator: the plug-in's state topic %r may be written by others than pidquota (%s): %s "
+                "(pidquota.actuator.plugin.others.may.write=true)",
+                state.topic,
+                own or "pidquota's principal not known",
+                said,
+            )
+            return
+        raise ConfigError(
+            f"the plug-in's state topic {state.topic!r} may be written by others than pidquota "
+            f"({own or 'whose principal is not known: set pidquota.actuator.principal'}): {said}. Whoever "
+            "writes it decides whom every broker refuses: remove those ACLs (kafka-acls.sh --remove), or "
+            "set pidquota.actuator.plugin.others.may.write=true to act through it anyway"
+        )
 
     def _deny_allowed(self) -> bool:
         """Whether the closed loop's last step may add deny-writes' ACLs: only where every

@@ -775,6 +775,17 @@ SETTINGS: tuple[Setting, ...] = (
         "lets over twice its quota through.",
     ),
     Setting(
+        "pidquota.actuator.plugin.others.may.write",
+        bool,
+        False,
+        "Who may write the state topic decides whom every broker refuses: a principal that may "
+        "write it can refuse any user new PIDs, or lift pidquota's throttles.",
+        "With the broker-plugin mechanism, act through a state topic that principals other than "
+        "pidquota's may write (an ALLOW ACL of another principal, a wildcard or prefixed one, or "
+        "no ACL where the brokers allow everyone): each is said at every start. false: such a "
+        "topic is refused at start, with the ACL that lets whom.",
+    ),
+    Setting(
         "pidquota.actuator.plugin.heartbeat.ms",
         int,
         60_000,

@@ -99,7 +99,10 @@ def validate_rate(entity: str, value: object) -> float:
 
 
 def parse_quotas(doc: object, origin: str = "quota file") -> dict[str, float]:
-    """Validate ``{"users": {"User:alice": {"producer_ids_rate": 100}, ...}}``."""
+    """Validate ``{"users": {"User:alice": {"producer_ids_rate": 100}, ...}}``. An entity is read
+    as kafka-configs.sh names it (:func:`user_entity`): ``crash-loop`` is ``User:crash-loop``, so
+    a file written as ``--entity-name`` takes it throttles that user, not no one; two names of
+    one user (``alice`` and ``User:alice``) are refused."""
     if not isinstance(doc, dict) or set(doc) - {"users"}:
         extra = sorted(set(doc) - {"users"}) if isinstance(doc, dict) else None
         raise ConfigError(
@@ -110,6 +113,7 @@ def parse_quotas(doc: object, origin: str = "quota file") -> dict[str, float]:
     if not isinstance(users, dict):
         raise ConfigError(f"{origin}: 'users' must be an object of entity -> configs")
     quotas: dict[str, float] = {}
+    named: dict[str, str] = {}  # the user entity -> the name the file gave it
     for entity, configs in users.items():
         if not isinstance(entity, str) or not entity.strip():
             raise ConfigError(f"{origin}: user entity names must be non-empty strings, got {entity!r}")
@@ -120,8 +124,15 @@ def parse_quotas(doc: object, origin: str = "quota file") -> dict[str, float]:
             raise ConfigError(
                 f"{origin}: unknown config key(s) {unknown} for {entity!r}; the only key is {QUOTA_KEY!r}"
             )
+        try:
+            user = user_entity(entity)
+        except ConfigError as exc:
+            raise ConfigError(f"{origin}: {exc}") from None
+        if user in named:
+            raise ConfigError(f"{origin}: {named[user]!r} and {entity!r} both name {user}; keep one of them")
+        named[user] = entity
         if QUOTA_KEY in configs:
-            quotas[entity] = _json_rate(entity, configs[QUOTA_KEY])
+            quotas[user] = _json_rate(entity, configs[QUOTA_KEY])
     return quotas
 
 

@@ -5,6 +5,8 @@ on loopback ports. The tests start their brokers with it (tests/harness/kafka.py
     python3 scripts/kafka_broker.py fetch         # the jars, once (cached; needs mvn and Java 17)
     python3 scripts/kafka_broker.py run           # a broker on 127.0.0.1:9092 until Ctrl-C
     python3 scripts/kafka_broker.py run --version 3.9.1   # Kafka before 4.0 (log4j 1) alike
+    python3 scripts/kafka_broker.py run --plugin plugin/target/pidquota-broker-plugin.jar --jmx-port 9999
+                                                  # with pidquota's broker plug-in, JMX on loopback
 
 Each node is a combined broker and controller (KRaft) with three listeners:
 
@@ -140,18 +142,25 @@ def java_cmd(
     log4j2: Path = LOG4J2,
     extra_jars: tuple[Path, ...] = (),
     jmx_port: int | None = None,
+    java: str | None = None,
 ) -> list[str]:
-    java = shutil.which("java")
-    if java is None:
+    """The command line of a JVM running ``main`` on ``libs``; ``java``: the runtime (default the
+    ``java`` on PATH; a Kafka 3.9 broker may run on Java 11). The class-data archive is the
+    default runtime's alone."""
+    default = shutil.which("java")
+    if java is None and default is None:
         raise BrokerError("java is not installed: Apache Kafka 4.x needs Java 17 or later")
     logging = (
         f"-Dlog4j.configuration=file:{log4j2}"
         if log4j2.suffix == ".properties"
         else f"-Dlog4j2.configurationFile={log4j2}"
     )
-    props = [logging, *_class_archive(java, libs, main)]
-    if logs is not None:
-        props.append(f"-Dkafka.logs.dir={logs}")
+    archive = _class_archive(default, libs, main) if java is None else []
+    java = java or default
+    props = [logging, *archive]
+    # a tool's JVM too (JmxTool, StorageTool): else log4j's ${kafka.logs.dir} is the working
+    # folder, and a kafka-request.log appears wherever the command ran
+    props.append(f"-Dkafka.logs.dir={logs if logs is not None else cache_dir() / 'tool-logs'}")
     if jmx_port is not None:  # for JmxTool (the broker's ProducerIdCount): loopback, no auth
         props += [
             f"-Dcom.sun.management.jmxremote.port={jmx_port}",
@@ -244,8 +253,10 @@ class Cluster:
         log4j2: Path = LOG4J2,
         plugin: Path | None = None,
         jmx: bool = False,
+        java: str | None = None,
     ):
         self.workdir = Path(workdir)
+        self.java = java
         self.plugin = Path(plugin) if plugin else None
         self.jmx = jmx
         self.users = users or {u: f"{u}-secret" for u in USERS}
@@ -338,6 +349,7 @@ class Cluster:
                 heap="256m",
                 logs=node.logs,
                 log4j2=self.log4j2,
+                java=self.java,
             )
             done = subprocess.run(cmd, capture_output=True, text=True)
             if done.returncode != 0:
@@ -368,6 +380,7 @@ class Cluster:
             log4j2=self.log4j2,
             extra_jars=jars,
             jmx_port=node.jmx_port if self.jmx else None,
+            java=self.java,
         )
         node.out_from = node.stdout.stat().st_size if node.stdout.exists() else 0
         with node.stdout.open("a") as out:
@@ -462,6 +475,29 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--port", type=int, default=9092, help="the PLAINTEXT listener (default 9092)")
     r.add_argument("--sasl-port", type=int, default=9094, help="the SASL_PLAINTEXT listener (default 9094)")
     r.add_argument("--version", default=None, help=f"Apache Kafka version (default {version()})")
+    r.add_argument(
+        "--plugin",
+        type=Path,
+        default=None,
+        metavar="JAR",
+        help="pidquota's broker plug-in jar (mvn -f plugin/pom.xml package builds it): the broker's\n"
+        "authorizer, reading its state topic through the PLAINTEXT listener",
+    )
+    r.add_argument("--jmx-port", type=int, default=None, help="open JMX on this loopback port (no auth)")
+    r.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker setting over the generated server.properties (repeatable)",
+    )
+    r.add_argument(
+        "--properties",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="broker settings from a properties file, over the generated ones (then --set)",
+    )
     args = ap.parse_args(argv)
     try:
         if args.command == "fetch":
@@ -473,11 +509,47 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _settings(args) -> dict[str, str]:
+    """``--properties FILE`` then each ``--set KEY=VALUE``: the broker settings over the generated ones."""
+    out: dict[str, str] = {}
+    if args.properties is not None:
+        if not args.properties.is_file():
+            raise BrokerError(f"--properties {args.properties}: no such file")
+        for number, line in enumerate(args.properties.read_text().splitlines(), 1):
+            text = line.strip()
+            if not text or text[0] in "#!":
+                continue
+            key, sep, value = text.partition("=")
+            if not sep:
+                raise BrokerError(f"--properties {args.properties} line {number}: {text!r} is not KEY=VALUE")
+            out[key.strip()] = value.strip()
+    for given in args.set:
+        key, sep, value = given.partition("=")
+        if not sep or not key.strip():
+            raise BrokerError(f"--set {given!r}: give KEY=VALUE, e.g. --set num.partitions=3")
+        out[key.strip()] = value.strip()
+    return out
+
+
 def _run(args) -> int:
-    cluster = Cluster(args.dir, kafka_version=args.version)
+    if args.plugin is not None and not args.plugin.is_file():
+        raise BrokerError(
+            f"--plugin {args.plugin}: no such jar; build it with `mvn -B -q -f plugin/pom.xml package` "
+            "(plugin/target/pidquota-broker-plugin.jar)"
+        )
+    cluster = Cluster(
+        args.dir,
+        kafka_version=args.version,
+        plugin=args.plugin,
+        jmx=args.jmx_port is not None,
+        extra=_settings(args),
+    )
     node = cluster.nodes[0]
     node.port, node.sasl_port = args.port, args.sasl_port
-    for flag, port in (("--port", args.port), ("--sasl-port", args.sasl_port)):
+    if args.jmx_port is not None:
+        node.jmx_port = args.jmx_port
+    ports = [("--port", args.port), ("--sasl-port", args.sasl_port)]
+    for flag, port in ports + ([("--jmx-port", args.jmx_port)] if args.jmx_port is not None else []):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -493,7 +565,10 @@ def _run(args) -> int:
     print(
         f"Apache Kafka {cluster.version} is up: PLAINTEXT {node.bootstrap} (User:ANONYMOUS), "
         f"SASL_PLAINTEXT {node.sasl_bootstrap} (SASL/PLAIN; users {', '.join(cluster.users)}, "
-        f"password NAME-secret); request log {node.request_log}. Ctrl-C stops it.",
+        f"password NAME-secret); request log {node.request_log}; settings {node.workdir / 'server.properties'}"
+        + (f"; pidquota's plug-in {args.plugin}" if args.plugin else "")
+        + (f"; JMX 127.0.0.1:{args.jmx_port}" if args.jmx_port else "")
+        + ". Ctrl-C stops it.",
         flush=True,
     )
     try:

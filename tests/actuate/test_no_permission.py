@@ -91,3 +91,31 @@ def test_without_alter_on_the_cluster_each_batch_fails_alone_and_the_grant_lets_
         assert admin.read(KEY) == 200.0
     finally:
         act.close()
+
+
+def test_the_acls_pidquota_creates_cover_what_it_asks_at_the_next_start(strict, caplog):
+    """Issue 53: every restart warned that pidquota could not read its own topics'
+    cleanup.policy: the ACLs it made at their creation lacked DESCRIBE_CONFIGS."""
+    from pidquota.actuate.journal import Journal, topic_bindings
+    from pidquota.actuate.plugin_state import PluginState
+
+    broker, admin = strict
+    grants = [AclBinding(ME, op, "ALLOW", "CLUSTER", CLUSTER) for op in ("CREATE", "ALTER")]
+    for grant in grants:  # to create its topics, and their ACLs
+        admin.write(grant, True)
+    journal, state = (
+        Journal(broker.sasl("pidquota"), "acl-journal"),
+        PluginState(broker.sasl("pidquota"), "acl-state"),
+    )
+    try:
+        journal.ensure()
+        state.ensure(ME)
+        with caplog.at_level(logging.WARNING, logger="pidquota"):
+            journal.ensure()  # the next start: the topics exist
+            state.ensure(ME)
+        assert not [r.getMessage() for r in caplog.records if "could not be read" in r.getMessage()]
+    finally:
+        journal.close()
+        state.close()
+        for grant in grants + journal.guard_bindings() + topic_bindings(ME, "acl-state"):
+            admin.write(grant, False)

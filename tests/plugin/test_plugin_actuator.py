@@ -116,3 +116,52 @@ def test_auto_picks_the_plugin_where_every_broker_runs_it_and_says_so(broker, ka
         assert "the brokers do not run pidquota's plug-in" in actuator_shown(config, stock)
     finally:
         stock.close()
+
+
+def test_a_state_topic_others_may_write_is_refused_at_start_naming_the_acl(broker, caplog):
+    """Issue 53: who may write the state topic decides whom every broker refuses. At every start,
+    whatever the principal's kind: another principal's ALLOW (literal or prefixed) stops the
+    start with the ACL that lets whom, unless the operator allows it, and then it is said."""
+    import logging
+
+    from pidquota.actuate.controls import AclBinding
+    from pidquota.actuate.runner import BatchActuator
+    from pidquota.conf.errors import ConfigError
+    from pidquota.conf.loader import load
+
+    def actuator(**more):
+        overrides = {
+            "pidquota.actuator": "on",
+            "pidquota.actuator.mechanism": "broker-plugin",
+            "pidquota.actuator.journal.topic": "journal-writers",
+            **more,
+        }
+        return BatchActuator(load(overrides=overrides, environ={}), broker.sasl("pidquota"))
+
+    admin = Controls({"kafka.bootstrap.servers": broker.bootstrap})
+    bob = AclBinding("User:bob", "WRITE", "ALLOW", "TOPIC", "pidquota-throttle-state")
+    carol = AclBinding("User:carol", "ALL", "ALLOW", "TOPIC", "pidquota-", pattern="PREFIXED")
+    act = actuator()
+    try:
+        act.start()  # pidquota's own ACLs alone: it starts
+        act.stop()
+        act.close()
+        for binding in (bob, carol):
+            admin.write(binding, True)
+        act = actuator()
+        with pytest.raises(ConfigError) as err:
+            act.start()
+        text = str(err.value)
+        assert "User:bob" in text and "User:carol" in text and "(PREFIXED)" in text, text
+        assert "pidquota.actuator.plugin.others.may.write=true" in text and len(text.splitlines()) == 1
+        act.close()
+        act = actuator(**{"pidquota.actuator.plugin.others.may.write": "true"})
+        with caplog.at_level(logging.WARNING, logger="pidquota.actuate"):
+            act.start()
+        assert any("User:bob" in r.getMessage() for r in caplog.records)
+        act.stop()
+    finally:
+        act.close()
+        for binding in (bob, carol):
+            admin.write(binding, False)
+        admin.close()

@@ -243,3 +243,114 @@ def test_a_broker_restarted_while_a_user_is_throttled_refuses_it_again_within_se
     assert _new_pid(broker, "steady") == "granted"
     _state(broker, [("t:User:crash-loop", None)])
     _until(lambda: _new_pid(broker, "crash-loop") == "granted")
+
+
+def _said(broker, text: str) -> bool:
+    """Whether the broker's log (this run of its node) has a line with ``text``."""
+    node = broker.cluster.nodes[0]
+    with node.stdout.open("rb") as out:
+        out.seek(node.out_from)
+        return text.encode() in out.read()
+
+
+def _stats(broker, attribute: str) -> float:
+    return broker.cluster.jmx_value(
+        broker.cluster.nodes[0], "io.pidquota:type=PidQuotaAuthorizer,broker=1", attribute
+    )
+
+
+def test_the_switch_as_a_person_types_it_and_a_heartbeat_dated_ahead_fail_open(broker):
+    """Issue 53: `switch=OFF` was ignored, and a heartbeat ten days ahead (a pidquota host with a
+    fast clock, then gone) kept a user refused. Each refusal is in Kafka's audit log."""
+    now = int(time.time() * 1000)
+    _state(broker, [("switch", "on"), ("h", f"{now} 60000"), ("t:User:crash-loop", str(now + 120_000))])
+    _until(lambda: _new_pid(broker, "crash-loop") == "refused")
+    assert _said(
+        broker,
+        "Principal = User:crash-loop is Denied operation = WRITE from host = 127.0.0.1 on resource = Topic:ANY for request = InitProducerId",
+    )
+    _state(broker, [("switch", "OFF")])
+    _until(lambda: _new_pid(broker, "crash-loop") == "granted")
+    assert _said(broker, "pidquota plug-in: refusing nothing (switched off)")
+    _state(broker, [("switch", " On ")])
+    _until(lambda: _new_pid(broker, "crash-loop") == "refused")
+    _state(broker, [("h", f"{now + 10 * 86_400_000} 60000")])
+    _until(lambda: _new_pid(broker, "crash-loop") == "granted")
+    assert _said(broker, "heartbeat is dated more than 30 s ahead of this broker's clock")
+    _state(broker, [("h", f"{int(time.time() * 1000)} 60000"), ("t:User:crash-loop", None)])
+
+
+def _wait_deleted(broker, topic: str) -> None:
+    admin = broker.admin()
+    try:
+        admin.delete_topics([topic])
+        _until(lambda: topic not in admin.list_topics(), timeout_s=30)
+    finally:
+        admin.close()
+
+
+def test_a_state_topic_of_more_partitions_refuses_nothing_and_one_made_anew_forgets_the_old(broker):
+    """Issue 53: only partition 0 was read, whatever the count, and a deleted and recreated topic
+    could leave the old throttles in force."""
+    from harness.kafka import create
+    from kafka import KafkaProducer
+
+    now = int(time.time() * 1000)
+    _state(broker, [("switch", "on"), ("h", f"{now} 60000"), ("t:User:crash-loop", str(now + 600_000))])
+    _until(lambda: _new_pid(broker, "crash-loop") == "refused")
+    _wait_deleted(broker, TOPIC)
+    create(broker, TOPIC, partitions=3)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    for key, value in (("h", f"{now} 60000"), ("t:User:crash-loop", str(now + 600_000))):
+        producer.send(TOPIC, key=key.encode(), value=value.encode(), partition=0)
+    producer.flush(10)
+    producer.close(5)
+    _until(lambda: _new_pid(broker, "crash-loop") == "granted", timeout_s=30)
+    _until(lambda: _said(broker, f"the state topic {TOPIC} has 3 partitions"))
+    _wait_deleted(broker, TOPIC)
+    create(broker, TOPIC)
+    _state(broker, [("h", f"{int(time.time() * 1000)} 60000")])  # a fresh heartbeat, no throttle
+    time.sleep(7)  # a check of the topic (5 s) and a poll
+    assert _new_pid(broker, "crash-loop") == "granted"
+    assert _stats(broker, "FailOpen") == 0
+    _state(broker, [("t:User:crash-loop", str(now + 600_000))])
+    _until(lambda: _new_pid(broker, "crash-loop") == "refused")
+    _state(broker, [("t:User:crash-loop", None)])
+
+
+def test_a_state_topic_of_crafted_keys_stays_within_the_bound_and_refuses_no_one(broker):
+    """Issue 53: every distinct key stayed in memory until a tombstone. 10^5 crafted keys: the
+    long-ended ones are dropped, the rest fill the bound (ThrottleState.MAX_ENTRIES), and over it
+    the plug-in refuses no one and says so; a topic made anew obeys again."""
+    import re
+
+    from harness.kafka import create
+    from harness.plugin import PLUGIN
+    from kafka import KafkaProducer
+
+    source = (PLUGIN / "src/main/java/io/pidquota/plugin/ThrottleState.java").read_text()
+    bound = int(re.search(r"MAX_ENTRIES = ([\d_]+);", source).group(1).replace("_", ""))
+    now = int(time.time() * 1000)
+    _wait_deleted(broker, TOPIC)
+    create(broker, TOPIC)
+    _state(broker, [("h", f"{now} 600000"), ("t:User:crash-loop", str(now + 600_000))])
+    _until(lambda: _new_pid(broker, "crash-loop") == "refused")
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=50, batch_size=1 << 20)
+    pad = "x" * 2000
+    for i in range(50_000):  # long ended: dropped on arrival
+        producer.send(TOPIC, key=f"c:4:loopUser:{pad}{i}".encode(), value=b"1000")
+    for i in range(50_000):  # open-ended: the set fills to its bound, then refuses nothing
+        producer.send(TOPIC, key=f"t:User:u{i}".encode(), value=str(1 << 53).encode())
+    producer.flush(60)
+    producer.close(5)
+    _until(lambda: _new_pid(broker, "crash-loop") == "granted", timeout_s=60)
+    assert _stats(broker, "Entries") == bound
+    assert _stats(broker, "FailOpen") == 1
+    assert _new_pid(broker, "steady") == "granted"
+    assert _said(broker, "pidquota plug-in: refusing nothing (its state is over the bound")
+    _wait_deleted(broker, TOPIC)
+    create(broker, TOPIC)
+    _state(broker, [("h", f"{int(time.time() * 1000)} 60000"), ("t:User:crash-loop", str(now + 600_000))])
+    _until(lambda: _new_pid(broker, "crash-loop") == "refused", timeout_s=30)
+    assert _stats(broker, "Entries") == 1
+    _state(broker, [("t:User:crash-loop", None)])

@@ -99,3 +99,17 @@ def test_a_quota_too_small_to_express_a_throttle_time_is_refused():
     assert validate_rate("User:a", MIN_RATE) == MIN_RATE
     with pytest.raises(ConfigError, match=r"'User:a' is 1e-20, below the smallest quota 1e-06"):
         validate_rate("User:a", 1e-20)
+
+
+def test_a_bare_name_in_the_quota_file_is_the_user_kafka_configs_would_name():
+    """Issue 53: ``{"users": {"crash-loop": ...}}`` (kafka-configs' --entity-name, no ``User:``)
+    was taken silently, and the run throttled no one."""
+    doc = {"users": {"crash-loop": {"producer_ids_rate": 60}, "<default>": {"producer_ids_rate": 200}}}
+    assert parse_quotas(doc) == {"User:crash-loop": 60, "<default>": 200}
+    assert resolve(parse_quotas(doc), "User:crash-loop") == 60
+    with pytest.raises(ConfigError, match=r"'alice' and 'User:alice' both name User:alice; keep one"):
+        parse_quotas({"users": {"alice": {"producer_ids_rate": 1}, "User:alice": {"producer_ids_rate": 2}}})
+    with pytest.raises(
+        ConfigError, match=r"quota file: user entity name 'Group:ops' names a 'Group' principal"
+    ):
+        parse_quotas({"users": {"Group:ops": {"producer_ids_rate": 1}}})

@@ -12,11 +12,14 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
 import javax.management.ObjectName;
 import javax.management.StandardMBean;
 import org.apache.kafka.common.Endpoint;
 import org.apache.kafka.common.acl.AclOperation;
+import org.apache.kafka.common.resource.ResourcePattern;
 import org.apache.kafka.common.resource.ResourceType;
+import org.apache.kafka.common.security.auth.KafkaPrincipal;
 import org.apache.kafka.metadata.authorizer.StandardAuthorizer;
 import org.apache.kafka.server.authorizer.Action;
 import org.apache.kafka.server.authorizer.AuthorizableRequestContext;
@@ -37,13 +40,20 @@ import org.slf4j.LoggerFactory;
  * Produce included, goes to Kafka's authorizer untouched after one integer comparison, so a
  * throttled user's producers that already have their PID keep producing.
  *
- * <p>Never refused: super users; anyone while pidquota's heartbeat is older than its bound, or
- * the switch is off (fail open). Broker settings ({@code server.properties}):
+ * <p>Never refused: super users; anyone while pidquota's heartbeat is older than its bound or
+ * dated ahead of the broker's clock, the switch is off, or the state is over its bound (fail
+ * open). A principal is matched by its type and name, as Kafka's own authorizer matches ACLs
+ * (not by {@code toString()}, which a custom principal class may change). Each refusal goes to
+ * Kafka's audit log ({@code kafka.authorizer.logger}) as Kafka's own denials do. Broker
+ * settings ({@code server.properties}):
  * <pre>
  * authorizer.class.name=io.pidquota.plugin.PidQuotaAuthorizer
- * pidquota.plugin.bootstrap.servers=HOST:PORT   # a listener the plug-in's consumer reads from
- * pidquota.plugin.topic=pidquota-throttle-state # the default
- * pidquota.plugin.consumer.security.protocol=... # any consumer setting, prefixed
+ * # a listener the plug-in's consumer reads from
+ * pidquota.plugin.bootstrap.servers=HOST:PORT
+ * # the default
+ * pidquota.plugin.topic=pidquota-throttle-state
+ * # any consumer setting, prefixed
+ * pidquota.plugin.consumer.security.protocol=...
  * </pre>
  * Worked example: pidquota writes {@code t:User:crash = now + 60 s} and heartbeats every batch;
  * within a second every broker answers User:crash's InitProducerId with error 31, while
@@ -51,6 +61,8 @@ import org.slf4j.LoggerFactory;
  */
 public class PidQuotaAuthorizer extends StandardAuthorizer {
     private static final Logger LOG = LoggerFactory.getLogger(PidQuotaAuthorizer.class);
+    /** Kafka's own authorizer audit log, where StandardAuthorizer says its denials. */
+    private static final Logger AUDIT = LoggerFactory.getLogger("kafka.authorizer.logger");
     static final short INIT_PRODUCER_ID = 22;
     static final String PREFIX = "pidquota.plugin.";
     static final String DEFAULT_TOPIC = "pidquota-throttle-state";
@@ -60,7 +72,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     private final AtomicLong looked = new AtomicLong();
     private final AtomicLong lookedNanos = new AtomicLong();
     private final Set<String> superUsers = new HashSet<>();
-    private volatile boolean wasOpen = true;
+    private final AtomicReference<String> openSaid = new AtomicReference<>("");
     private StateReader reader;
     private ObjectName mbean;
     private String topic = DEFAULT_TOPIC;
@@ -107,7 +119,26 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     private boolean controllerOnly(AuthorizerServerInfo serverInfo) {
         Collection<Endpoint> endpoints = serverInfo.endpoints();
         return !endpoints.isEmpty() && endpoints.stream()
-            .allMatch(e -> controllerListeners.contains(e.listenerName().orElse("").toUpperCase(Locale.ROOT)));
+            .allMatch(e -> controllerListeners.contains(listenerOf(e).toUpperCase(Locale.ROOT)));
+    }
+
+    /** An endpoint's listener name: {@code listener()} where the broker has it (Kafka 4.1 on,
+     * which deprecates {@code listenerName()}), else {@code listenerName()}; "" if neither. */
+    static String listenerOf(Endpoint e) {
+        for (String method : new String[] {"listener", "listenerName"}) {
+            try {
+                Object name = Endpoint.class.getMethod(method).invoke(e);
+                if (name instanceof java.util.Optional) {
+                    name = ((java.util.Optional<?>) name).orElse(null);
+                }
+                if (name != null) {
+                    return name.toString();
+                }
+            } catch (ReflectiveOperationException | RuntimeException absent) {
+                // the next one
+            }
+        }
+        return "";
     }
 
     @Override
@@ -121,7 +152,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         if (!clientConfigs.containsKey("bootstrap.servers")) {
             LOG.error("pidquota plug-in: no {}bootstrap.servers: it refuses nothing", PREFIX);
         } else {
-            reader = new StateReader(state, topic, clientConfigs, name);
+            reader = new StateReader(state, topic, clientConfigs, name, () -> watch(System.currentTimeMillis()));
             reader.start();
         }
         register(serverInfo.brokerId());
@@ -134,6 +165,9 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
             return super.authorize(context, actions);
         }
         refused.incrementAndGet();
+        for (Action action : actions) {
+            audit(context, action.operation(), action.resourcePattern(), action.logIfDenied());
+        }
         return new ArrayList<>(Collections.nCopies(actions.size(), AuthorizationResult.DENIED));
     }
 
@@ -141,31 +175,63 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     public AuthorizationResult authorizeByResourceType(
         AuthorizableRequestContext context, AclOperation op, ResourceType resourceType) {
         if (context.requestType() == INIT_PRODUCER_ID && refuses(context)) {
+            audit(context, op, null, true);  // an idempotent producer's last question: its refusal
             return AuthorizationResult.DENIED;
         }
         return super.authorizeByResourceType(context, op, resourceType);
+    }
+
+    /** A refusal in Kafka's audit log, worded as StandardAuthorizer words its denials: INFO when
+     * it is the request's answer (a transactional id's WRITE, which the broker asks to log; an
+     * idempotent producer's WRITE on any topic, its second and last question), else TRACE (an
+     * idempotent producer's IDEMPOTENT_WRITE, which the broker asks not to log as it asks again).
+     * One INFO line per refused request, in the file Kafka's logging gives that logger. */
+    private static void audit(AuthorizableRequestContext context, AclOperation op, ResourcePattern on, boolean loud) {
+        if (loud ? !AUDIT.isInfoEnabled() : !AUDIT.isTraceEnabled()) {
+            return;
+        }
+        String resource = on == null ? "Topic:ANY" : on.resourceType() + ":" + on.patternType() + ":" + on.name();
+        String line = String.format("Principal = %s is Denied operation = %s from host = %s on resource = %s "
+            + "for request = InitProducerId with resourceRefCount = 1 based on rule pidquota's throttle of %s",
+            context.principal(), op, context.clientAddress().getHostAddress(), resource, nameOf(context.principal()));
+        if (loud) {
+            AUDIT.info(line);
+        } else {
+            AUDIT.trace(line);
+        }
+    }
+
+    /** {@code TYPE:NAME}, as the state topic and {@code super.users} name a principal. */
+    static String nameOf(KafkaPrincipal p) {
+        return p.getPrincipalType() + ":" + p.getName();
     }
 
     /** InitProducerId of this principal (or of this client id of it) is refused now (a super user
      * never is). */
     private boolean refuses(AuthorizableRequestContext context) {
         long t0 = System.nanoTime();
-        String principal = context.principal().toString();
+        String principal = nameOf(context.principal());
         long now = System.currentTimeMillis();
-        boolean open = !state.enabled() || !state.fresh(now);
-        if (open != wasOpen) {
-            wasOpen = open;
-            if (open) {
-                LOG.warn("pidquota plug-in: refusing nothing ({})",
-                    state.enabled() ? "pidquota's heartbeat is too old or missing" : "switched off");
-            } else {
-                LOG.info("pidquota plug-in: obeying pidquota's throttle set");
-            }
-        }
+        boolean open = watch(now) != null;
         boolean no = !open && !superUsers.contains(principal) && state.refuses(principal, context.clientId(), now);
         looked.incrementAndGet();
         lookedNanos.addAndGet(System.nanoTime() - t0);
         return no;
+    }
+
+    /** Why nothing is refused now (null: the set is obeyed), said once at each change. */
+    private String watch(long now) {
+        String why = state.openBecause(now);
+        String key = why == null ? "obeying" : why;
+        String before = openSaid.get();
+        if (!key.equals(before) && openSaid.compareAndSet(before, key)) {
+            if (why != null) {
+                LOG.warn("pidquota plug-in: refusing nothing ({})", why);
+            } else {
+                LOG.info("pidquota plug-in: obeying pidquota's throttle set");
+            }
+        }
+        return why;
     }
 
     private void register(int brokerId) {
@@ -205,8 +271,18 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
 
         @Override
         public int getFailOpen() {
-            long now = System.currentTimeMillis();
-            return state.enabled() && state.fresh(now) ? 0 : 1;
+            return state.openBecause(System.currentTimeMillis()) == null ? 0 : 1;
+        }
+
+        @Override
+        public String getFailOpenReason() {
+            String why = state.openBecause(System.currentTimeMillis());
+            return why == null ? "" : why;
+        }
+
+        @Override
+        public int getEntries() {
+            return state.size();
         }
 
         @Override

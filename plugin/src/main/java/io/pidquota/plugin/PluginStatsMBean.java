@@ -5,8 +5,14 @@ public interface PluginStatsMBean {
     /** InitProducerId requests refused since the broker started. */
     long getRefused();
 
-    /** 1 while the plug-in refuses nothing (pidquota's heartbeat too old, or switched off). */
+    /** 1 while the plug-in refuses nothing (pidquota's heartbeat too old or dated ahead, switched off, the state over its bound). */
     int getFailOpen();
+
+    /** Why it refuses nothing now; empty while it obeys pidquota's set. */
+    String getFailOpenReason();
+
+    /** Entries held in the state (at most ThrottleState.MAX_ENTRIES). */
+    int getEntries();
 
     /** Principals whose throttle has not ended. */
     int getThrottled();

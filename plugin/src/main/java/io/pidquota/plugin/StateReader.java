@@ -2,15 +2,22 @@ package io.pidquota.plugin;
 
 import java.time.Duration;
 import java.util.Collections;
-import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.Uuid;
+import org.apache.kafka.common.errors.InterruptException;
+import org.apache.kafka.common.errors.TopicAuthorizationException;
+import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
 import org.apache.kafka.common.errors.WakeupException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.slf4j.Logger;
@@ -20,37 +27,81 @@ import org.slf4j.LoggerFactory;
  * Follows pidquota's state topic (one partition, compacted) from its beginning into a
  * {@link ThrottleState}, on a daemon thread of its own: an authorization never waits for it.
  *
- * <p>Faults: a topic that does not exist yet, is deleted, or a cluster that does not answer is
- * said once in the broker's log and retried every {@code RETRY}; meanwhile the state is what it
- * was, and its heartbeat grows old, so the plug-in refuses nothing once that is over its bound.
- * A deleted topic clears the state at once. A record pidquota would not write is skipped and said
- * (the first of each kind of reason, then counted).
+ * <p>One consumer and one admin client for the reader's life, made once (their settings are
+ * logged once). Every {@code CHECK} the admin client describes the topic: missing, or of more
+ * than one partition (pidquota writes one; another's records would be unseen), the state is
+ * cleared and nothing is refused; a new topic id (deleted and made again) clears the state and
+ * reads the new topic from its start; the consumer going back (a reset to {@code earliest})
+ * clears it too. A problem is said once when it starts and once when it ends, and retried after
+ * a back-off that doubles from {@code FIRST_BACKOFF} to {@code MAX_BACKOFF}, with the clients
+ * idle meanwhile: a missing topic, a wrong address or a missing ACL costs the broker's log a
+ * few lines, not one a second. A cluster that does not answer keeps the state as it was; its
+ * heartbeat grows old, so the plug-in refuses nothing once that is over its bound.
+ *
+ * <p>Memory: the consumer fetches at most {@code FETCH_BYTES} at a time; the state is bounded
+ * by {@link ThrottleState} itself. Records pidquota would not write are skipped and counted,
+ * said at most once a {@code SAY_EVERY} with how many.
  */
 final class StateReader implements Runnable {
     private static final Logger LOG = LoggerFactory.getLogger(StateReader.class);
-    static final Duration RETRY = Duration.ofSeconds(2);
+    static final Duration CHECK = Duration.ofSeconds(5);
+    static final Duration FIRST_BACKOFF = Duration.ofSeconds(2);
+    static final Duration MAX_BACKOFF = Duration.ofMinutes(2);
+    static final Duration SAY_EVERY = Duration.ofMinutes(1);
+    static final int FETCH_BYTES = 1 << 20;
 
     private final ThrottleState state;
     private final String topic;
-    private final Properties props;
+    private final Properties consumerProps = new Properties();
+    private final Properties adminProps = new Properties();
+    private final Runnable tick;
     private final AtomicLong skipped = new AtomicLong();
     private final AtomicLong read = new AtomicLong();
     private volatile boolean running = true;
     private volatile KafkaConsumer<byte[], byte[]> consumer;
-    private String lastProblem;
+    private Admin admin;
+    private Uuid topicId;
+    private long next = -1;
+    private String lastProblem = "";
+    private long skippedSaid;
+    private long saidAtNanos;
     private final Thread thread;
 
-    StateReader(ThrottleState state, String topic, Map<String, Object> clientConfigs, String name) {
+    /** {@code tick} runs after each check of the topic (the authorizer says a change of its
+     * fail-open state there, without waiting for an InitProducerId). */
+    StateReader(ThrottleState state, String topic, Map<String, Object> clientConfigs, String name, Runnable tick) {
         this.state = state;
         this.topic = topic;
-        this.props = new Properties();
-        props.putAll(clientConfigs);
-        props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-        props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-        props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        this.tick = tick;
+        for (Map.Entry<String, Object> e : clientConfigs.entrySet()) {
+            if (ConsumerConfig.configNames().contains(e.getKey())) {
+                consumerProps.put(e.getKey(), e.getValue());
+            }
+            if (AdminClientConfig.configNames().contains(e.getKey())) {
+                adminProps.put(e.getKey(), e.getValue());
+            }
+        }
+        for (Properties p : new Properties[] {consumerProps, adminProps}) {
+            // quiet when the cluster is not there: a connection tried at most once a minute
+            p.putIfAbsent(ConsumerConfig.RECONNECT_BACKOFF_MS_CONFIG, "2000");
+            p.putIfAbsent(ConsumerConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, "60000");
+            p.putIfAbsent(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
+        }
+        consumerProps.putIfAbsent(ConsumerConfig.CLIENT_ID_CONFIG, name);
+        adminProps.putIfAbsent(AdminClientConfig.CLIENT_ID_CONFIG, name + "-admin");
+        adminProps.putIfAbsent(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "15000");
+        // Kafka 4's admin client, rebootstrapping, spins on an address that never answers:
+        // 120,000 "Rebootstrapping" lines a minute were measured with the default
+        adminProps.putIfAbsent("metadata.recovery.strategy", "none");
+        consumerProps.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        consumerProps.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        consumerProps.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        consumerProps.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         // never create the state topic: pidquota creates it, compacted and with its ACLs
-        props.put(ConsumerConfig.ALLOW_AUTO_CREATE_TOPICS_CONFIG, "false");
-        props.putIfAbsent(ConsumerConfig.CLIENT_ID_CONFIG, name);
+        consumerProps.put(ConsumerConfig.ALLOW_AUTO_CREATE_TOPICS_CONFIG, "false");
+        consumerProps.put(ConsumerConfig.FETCH_MAX_BYTES_CONFIG, Integer.toString(FETCH_BYTES));
+        consumerProps.put(ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG, Integer.toString(FETCH_BYTES));
+        consumerProps.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "500");
         this.thread = new Thread(this, name);
         thread.setDaemon(true);
     }
@@ -69,54 +120,129 @@ final class StateReader implements Runnable {
 
     @Override
     public void run() {
-        while (running) {
-            try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(props)) {
-                consumer = c;
-                follow(c);
-            } catch (WakeupException e) {
-                return;
-            } catch (Exception e) {
-                say("cannot read the state topic " + topic + " (" + e + "); refusing nothing once the heartbeat is old; retrying");
+        long backoff = FIRST_BACKOFF.toMillis();
+        try {
+            while (running) {
+                String problem;
+                try {
+                    problem = check();
+                    if (problem == null) {
+                        follow(CHECK);  // throws when it cannot read: no "reading" line between two faults
+                        say(null);
+                        backoff = FIRST_BACKOFF.toMillis();
+                    }
+                } catch (WakeupException | InterruptException | InterruptedException e) {
+                    return;
+                } catch (Exception e) {
+                    problem = "cannot read the state topic " + topic + " (" + brief(e)
+                        + "): refusing nothing once pidquota's heartbeat is old; retrying";
+                }
+                tick.run();
+                if (problem != null) {
+                    say(problem);
+                    Thread.sleep(backoff);
+                    backoff = Math.min(backoff * 2, MAX_BACKOFF.toMillis());
+                }
             }
-            pause();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        } finally {
+            closeClients();
         }
     }
 
-    private void follow(KafkaConsumer<byte[], byte[]> c) {
-        List<PartitionInfo> parts = c.partitionsFor(topic, Duration.ofSeconds(10));
-        if (parts == null || parts.isEmpty()) {
+    /** The topic as it is now: null when it can be read, else the problem (said by the caller). */
+    private String check() throws InterruptedException, ExecutionException, java.util.concurrent.TimeoutException {
+        if (admin == null) {
+            admin = Admin.create(adminProps);
+        }
+        if (consumer == null) {
+            consumer = new KafkaConsumer<>(consumerProps);
+        }
+        TopicDescription d;
+        try {
+            d = admin.describeTopics(Collections.singleton(topic)).allTopicNames()
+                .get(20, TimeUnit.SECONDS).get(topic);
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof UnknownTopicOrPartitionException) {
+                forget();
+                return "the state topic " + topic + " does not exist (yet): refusing nothing";
+            }
+            if (e.getCause() instanceof TopicAuthorizationException) {
+                return "not allowed to describe the state topic " + topic + ": grant the brokers' principal "
+                    + "DESCRIBE and READ on it; refusing nothing once pidquota's heartbeat is old";
+            }
+            throw e;
+        }
+        if (d.partitions().size() != 1) {
+            forget();
+            return "the state topic " + topic + " has " + d.partitions().size()
+                + " partitions, and pidquota writes one: refusing nothing (delete it; pidquota makes it anew)";
+        }
+        if (!d.topicId().equals(topicId)) {  // new, or deleted and made again: read it from its start
             state.clear();
-            say("the state topic " + topic + " does not exist (yet): refusing nothing");
+            topicId = d.topicId();
+            TopicPartition tp = new TopicPartition(topic, 0);
+            consumer.assign(Collections.singletonList(tp));
+            consumer.seekToBeginning(Collections.singletonList(tp));
+            next = -1;
+        }
+        return null;
+    }
+
+    /** The topic is gone or not pidquota's: nothing of it is obeyed. */
+    private void forget() {
+        state.clear();
+        if (topicId != null && consumer != null) {  // once: the consumer logs each (un)assignment
+            consumer.assign(Collections.emptyList());
+        }
+        topicId = null;
+    }
+
+    private void follow(Duration during) {
+        long end = System.nanoTime() + during.toNanos();
+        while (running && System.nanoTime() < end) {
+            long now = System.currentTimeMillis();
+            for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(500))) {
+                if (r.offset() < next) {  // the consumer went back (reset to earliest): read it anew
+                    state.clear();
+                }
+                next = r.offset() + 1;
+                read.incrementAndGet();
+                String why = state.apply(r.key(), r.value(), now);
+                if (why != null) {
+                    skip(r.offset(), why);
+                }
+            }
+        }
+        state.prune(System.currentTimeMillis());
+        skip(-1, null);
+    }
+
+    /** Counts a skipped record (offset -1: none, only a summary that is due) and says it at most
+     * once a {@code SAY_EVERY}, with how many since the last line. */
+    private void skip(long offset, String why) {
+        long n = offset < 0 ? skipped.get() : skipped.incrementAndGet();
+        long now = System.nanoTime();
+        boolean due = saidAtNanos == 0 || now - saidAtNanos >= SAY_EVERY.toNanos();
+        if (n == skippedSaid || !due) {
             return;
         }
-        TopicPartition tp = new TopicPartition(topic, 0);
-        c.assign(Collections.singletonList(tp));
-        c.seekToBeginning(Collections.singletonList(tp));
-        say(null);
-        long checked = System.nanoTime();
-        while (running) {
-            for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(500))) {
-                read.incrementAndGet();
-                String why = state.apply(r.key(), r.value());
-                if (why != null && skipped.getAndIncrement() < 20) {
-                    LOG.warn("pidquota plug-in: {} offset {} skipped, not applied: {}", topic, r.offset(), why);
-                }
-            }
-            if (System.nanoTime() - checked > RETRY.toNanos()) {  // deleted meanwhile: forget it
-                checked = System.nanoTime();
-                List<PartitionInfo> now = c.partitionsFor(topic, Duration.ofSeconds(10));
-                if (now == null || now.isEmpty()) {
-                    state.clear();
-                    say("the state topic " + topic + " was deleted: refusing nothing");
-                    return;
-                }
-            }
+        if (offset >= 0) {
+            LOG.warn("pidquota plug-in: {} state record(s) of {} skipped, not applied, since the last line; "
+                + "offset {}: {}", n - skippedSaid, topic, offset, why);
+        } else {
+            LOG.warn("pidquota plug-in: {} more state record(s) of {} skipped, not applied (SkippedRecords)",
+                n - skippedSaid, topic);
         }
+        skippedSaid = n;
+        saidAtNanos = now;
     }
 
     /** One line per change of problem (none: {@code null}), not one per retry. */
     private void say(String problem) {
-        if (problem == null ? lastProblem == null : problem.equals(lastProblem)) {
+        String key = problem == null ? "" : problem;
+        if (key.equals(lastProblem)) {
             return;
         }
         if (problem == null) {
@@ -124,15 +250,29 @@ final class StateReader implements Runnable {
         } else {
             LOG.warn("pidquota plug-in: {}", problem);
         }
-        lastProblem = problem;
+        lastProblem = key;
     }
 
-    private void pause() {
-        try {
-            Thread.sleep(RETRY.toMillis());
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            running = false;
+    private static String brief(Exception e) {
+        Throwable t = e instanceof ExecutionException && e.getCause() != null ? e.getCause() : e;
+        String m = t.getMessage();
+        return t.getClass().getSimpleName() + (m == null ? "" : ": " + ThrottleState.shown(m));
+    }
+
+    private void closeClients() {
+        if (consumer != null) {
+            try {
+                consumer.close(Duration.ofSeconds(2));
+            } catch (Exception e) {
+                LOG.debug("pidquota plug-in: closing its consumer: {}", e.toString());
+            }
+        }
+        if (admin != null) {
+            try {
+                admin.close(Duration.ofSeconds(2));
+            } catch (Exception e) {
+                LOG.debug("pidquota plug-in: closing its admin client: {}", e.toString());
+            }
         }
     }
 
