@@ -40,7 +40,7 @@ from pidquota.actuate.controls import (
 )
 from pidquota.actuate.journal import SET, SETTING, UNDOING, Entry, JournalError, JournalFenced
 from pidquota.actuate.mechanisms import Mechanism
-from pidquota.actuate.policy import Rails, plan
+from pidquota.actuate.policy import Rails, next_hold, plan
 
 log = logging.getLogger("pidquota.actuate")
 MOST_CLIENTS = 3  # a flood spread over more client ids than this: the whole principal
@@ -92,6 +92,8 @@ class Actuator:
         self.clients: dict[str, tuple[str, ...]] = {}
         # principal -> controls of a step it left whose undo failed: undone again at each batch
         self.stale: dict[str, set[Control]] = {}
+        self.holds: dict[str, int] = {}  # principal acted on -> its hold, where not the base (a relapse's)
+        self.last_hold: dict[str, tuple[int, int]] = {}  # principal let go -> (its hold, undone at ms)
 
     def _now(self) -> int:
         return int(self.clock() * 1000)
@@ -183,17 +185,25 @@ class Actuator:
             self.addresses[principal] = tuple(a for a in seen if a not in shared)
         for principal, flooding in (clients or {}).items():  # picked once, at the first action
             self.clients[principal] = self._picked(principal, flooding)
-        todo = plan(throttled, self.acted, now, self.rails)
+        holds = self._holds_now(throttled, now)
+        todo = plan(throttled, self.acted, now, self.rails, holds)
         releasing = set(todo.undo)  # its controls go, and none comes back: they live and die together
         for principal in todo.undo:
             rows += self._release(principal, now)
         if todo.undo:  # the slots the undos freed, for this batch; a pending undo still holds one
-            todo = plan(throttled, self.acted, now, self.rails)
+            holds = self._holds_now(throttled, now)
+            todo = plan(throttled, self.acted, now, self.rails, holds)
         rows += [Action(now, p, "skipped", self.mechanism.name, note=why) for p, why in todo.skipped.items()]
         for principal in set(self.addresses) - set(self.acted) - set(todo.apply):
             del self.addresses[principal]  # throttled but skipped (allow-list, capped): nothing held
         for principal, until in todo.apply.items():
-            rows += self._act(principal, until, now)
+            hold = holds.get(principal, self.rails.hold_ms)
+            acted = self._act(principal, until, now)
+            if hold != self.rails.hold_ms:
+                self.holds[principal] = hold
+                note = f"hold {hold / 1000:g} s: throttled again within its last hold of its undo"
+                acted = [replace(r, note=f"{r.note}; {note}" if r.note else note) for r in acted]
+            rows += acted
         for principal, until in todo.extend.items():
             rows += self._extend(principal, until, now)
         for principal in set(self.clients) - set(self.acted):
@@ -203,6 +213,21 @@ class Actuator:
             for principal in sorted(set(self.acted) - set(todo.apply) - releasing):
                 rows += self._act(principal, self.acted[principal], now, missing_only=True)
         return rows
+
+    def _holds_now(self, throttled: Mapping[str, int], now: int) -> dict[str, int]:
+        """Each principal's hold where it is not the base: those acted on, as they were set; a
+        relapse about to be acted on, longer (:func:`next_hold`). Releases older than their hold
+        are forgotten (a bounded map)."""
+        for principal, (hold, undone_at) in list(self.last_hold.items()):
+            if now - undone_at > hold:
+                del self.last_hold[principal]
+        out = dict(self.holds)
+        for principal in throttled:
+            if principal not in self.acted and principal in self.last_hold:
+                hold = next_hold(self.rails.hold_ms, self.last_hold[principal], now)
+                if hold != self.rails.hold_ms:
+                    out[principal] = hold
+        return out
 
     def _picked(self, principal: str, flooding: tuple[str, ...]) -> tuple[str, ...]:
         """The client ids a narrowing mechanism acts on for ``principal``: picked when it is
@@ -332,6 +357,7 @@ class Actuator:
         mine = [e for e in self.entries.values() if e.principal == principal]
         rows = [self._undo(entry, now) for entry in mine]
         if not self._holds(principal):
+            self.last_hold[principal] = (self.holds.pop(principal, self.rails.hold_ms), now)
             self.acted.pop(principal, None)
             self.addresses.pop(principal, None)
             self.extra.pop(principal, None)

@@ -11,9 +11,15 @@ undone (a tombstone) as every other control. Its record's end is ``CAP_MS`` ahea
 actuator's undo ends the throttle, and the cap bounds a throttle whose undo never came while
 something still heartbeats.
 
+Each broker's plug-in reports whether it obeys to a second topic, the status topic
+(``pidquota-plugin-status``, compacted, keyed ``broker:ID``): :class:`StatusWatch` follows it
+while a run acts, and says each broker's verdict when it changes (``obedience.py``).
+
 Worked example: acting on ``User:crash`` at t writes ``t:User:crash = t + 86400000``; the run's
-heartbeat thread writes ``h = "NOW 60000"`` every 15 s; the undo writes the tombstone of
-``t:User:crash``, and every broker serves its InitProducerId again within a second.
+heartbeat thread writes ``h = "NOW 60000"`` every 15 s while no batch has been running for
+more than half of that bound (a hung run stops beating, and the brokers stop obeying); the undo
+writes the tombstone of ``t:User:crash``, and every broker serves its InitProducerId again
+within a second.
 """
 
 from __future__ import annotations
@@ -22,16 +28,19 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from pidquota.actuate.controls import ControlError
 from pidquota.actuate.journal import ensure_compacted, topic_bindings
 from pidquota.actuate.mechanisms import utf16_length
+from pidquota.actuate.obedience import Report, Verdict, said, verdicts
 from pidquota.conf.errors import PidquotaError
 from pidquota.store import kafka as kafka_store
 
 log = logging.getLogger("pidquota.actuate")
 
 THROTTLE, CLIENT, HEARTBEAT = "t:", "c:", "h"
+STATUS_TOPIC = "pidquota-plugin-status"  # the plug-in's own default (pidquota.plugin.status.topic)
 
 
 def throttle_key(principal: str, client_id: str | None = None) -> bytes:
@@ -48,16 +57,33 @@ class PluginState:
     """The state topic: :meth:`read` a principal's entry, :meth:`write` it (None: the
     tombstone), :meth:`beat` the heartbeat, and a thread that beats while a run acts."""
 
-    def __init__(self, options: dict, topic: str, timeout_ms: int = 30_000, clock=time.time):
+    def __init__(
+        self,
+        options: dict,
+        topic: str,
+        timeout_ms: int = 30_000,
+        clock=time.time,
+        status_topic: str = STATUS_TOPIC,
+    ):
         self.options, self.topic, self.timeout_ms, self.clock = options, topic, timeout_ms, clock
+        self.status_topic = status_topic
         self._producer = None
         self._beating: threading.Event | None = None
+        self.first_beat_ms: int | None = None  # this run's first heartbeat that landed
+        self.last_beat_ms: int | None = None
+        self.watch: StatusWatch | None = None
 
     def ensure(self, principal: str) -> None:
         """Create the topic (compacted) unless it exists; at creation, ACLs for pidquota's
-        ``principal`` alone: who may write it decides whom every broker refuses."""
+        ``principal`` alone: who may write it decides whom every broker refuses. The status
+        topic too, where the brokers' plug-ins write (their principal needs WRITE on it: a
+        super user, the brokers' own, has it)."""
         guard = topic_bindings(principal, self.topic) if principal else []
         ensure_compacted(self.options, self.topic, self.timeout_ms, guard, "the plug-in's state topic")
+        readers = [b for b in topic_bindings(principal, self.status_topic) if b.operation != "WRITE"]
+        ensure_compacted(
+            self.options, self.status_topic, self.timeout_ms, readers, "the plug-in's status topic"
+        )
 
     def others_who_may_write(self, controls, own: str) -> list[str]:
         """Who besides pidquota's principal ``own`` may write the topic, a phrase each: every
@@ -89,17 +115,32 @@ class PluginState:
         self._send(throttle_key(principal, client_id), end)
 
     def beat(self, max_age_ms: int) -> None:
-        self._send(HEARTBEAT.encode(), f"{int(self.clock() * 1000)} {max_age_ms}".encode())
+        at = int(self.clock() * 1000)
+        self._send(HEARTBEAT.encode(), f"{at} {max_age_ms}".encode())
+        if self.first_beat_ms is None:
+            self.first_beat_ms = at
+        self.last_beat_ms = at
 
-    def start_heartbeat(self, max_age_ms: int) -> None:
-        """Beat now and every quarter of ``max_age_ms`` on a daemon thread, until :meth:`close`: a
-        beat that fails is said once and tried again; the plug-in fails open if none lands."""
+    def start_heartbeat(self, max_age_ms: int, alive: Callable[[], bool] = lambda: True) -> None:
+        """Beat now and every quarter of ``max_age_ms`` on a daemon thread while ``alive()`` (the
+        run's batches are not hung), until :meth:`close`: a beat that fails is said once and
+        tried again; the plug-in fails open if none lands within ``max_age_ms``."""
         self.beat(max_age_ms)
         stop = self._beating = threading.Event()
 
         def loop() -> None:
-            failing = False
+            failing = hung = False
             while not stop.wait(max_age_ms / 4000):
+                if not alive():
+                    if not hung:
+                        log.warning(
+                            "pidquota: a batch has run for over half the heartbeat's bound (%g s): no "
+                            "heartbeat until it ends, so the brokers stop obeying within the bound",
+                            max_age_ms / 1000,
+                        )
+                    hung = True
+                    continue
+                hung = False
                 try:
                     self.beat(max_age_ms)
                     failing = False
@@ -109,6 +150,43 @@ class PluginState:
                     failing = True
 
         threading.Thread(target=loop, name="pidquota-plugin-heartbeat", daemon=True).start()
+
+    def stop_heartbeat(self) -> None:
+        """No more beats: the brokers obey the set until the last one is over its bound."""
+        if self._beating is not None:
+            self._beating.set()
+
+    def heartbeat(self) -> tuple[int, int] | None:
+        """The heartbeat in the topic now, ``(at_ms, max_age_ms)``, or None (none, or not
+        pidquota's)."""
+        value = self._latest().get(HEARTBEAT.encode())
+        try:
+            at, age = value.decode().split(" ") if value else ("", "")
+            return int(at), int(age)
+        except (UnicodeDecodeError, ValueError):
+            return None
+
+    def reports(self) -> dict[int, Report]:
+        """Each broker's newest report in the status topic (``pidquota actuator status``)."""
+        try:
+            records = kafka_store.read_to_end(self.options, self.status_topic, self.timeout_ms)
+        except PidquotaError as exc:
+            raise ControlError(
+                f"cannot read the plug-in's status topic {self.status_topic!r}: {exc}"
+            ) from None
+        out: dict[int, Report] = {}
+        for r in records:
+            report = Report.parse(r.key, r.value)
+            if report is not None:
+                out[report.broker] = report
+        return out
+
+    def watch_brokers(self) -> StatusWatch:
+        """Follow the status topic on a daemon thread, saying each broker's verdict as it
+        changes (:class:`StatusWatch`), until :meth:`close`."""
+        self.watch = StatusWatch(self)
+        self.watch.start()
+        return self.watch
 
     def _latest(self) -> dict[bytes, bytes | None]:
         """Every key's newest value, read to the end of the topic (all of it, or a
@@ -129,9 +207,97 @@ class PluginState:
             raise ControlError(f"cannot write the plug-in's state topic {self.topic!r}: {exc}") from None
 
     def close(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
         if self._beating is not None:
             self._beating.set()
         if self._producer is not None:
             with contextlib.suppress(Exception):
                 self._producer.close(timeout=5)
             self._producer = None
+
+
+class StatusWatch:
+    """The brokers' reports, followed on a daemon thread (a consumer of the status topic from
+    its start, polled every second; the cluster's broker ids asked every 30 s), and their
+    verdicts: each change said once in the run's log (a warning for a broker that does not
+    obey, a line when it obeys again). :meth:`verdicts` is the newest (Prometheus, the end)."""
+
+    POLL_S, BROKERS_EVERY_S = 1.0, 30.0
+
+    def __init__(self, state: PluginState):
+        self.state = state
+        self._admin = None
+        self.reports: dict[int, Report] = {}
+        self._ids: list[int] = []
+        self._said: dict[int, bool | None] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="pidquota-plugin-status", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def verdicts(self) -> list[Verdict]:
+        with self._lock:
+            reports, ids = dict(self.reports), list(self._ids)
+        return verdicts(reports, ids, self.state.first_beat_ms, int(self.state.clock() * 1000))
+
+    def _run(self) -> None:
+        failing, asked = False, 0.0
+        while not self._stop.is_set():
+            try:
+                reader = kafka_store.consumer(self.state.options, request_timeout_ms=self.state.timeout_ms)
+                try:
+                    from kafka import TopicPartition
+
+                    part = TopicPartition(self.state.status_topic, 0)
+                    reader.assign([part])
+                    reader.seek_to_beginning(part)
+                    while not self._stop.is_set():
+                        if time.monotonic() - asked > self.BROKERS_EVERY_S:
+                            self._ids, asked = self._brokers(), time.monotonic()
+                        for batch in reader.poll(timeout_ms=int(self.POLL_S * 1000)).values():
+                            self._read(batch)
+                        self._judge()
+                        failing = False
+                finally:
+                    reader.close()
+            except Exception as exc:  # kafka-python raises several kinds; the run goes on
+                if not failing:
+                    log.warning("pidquota: cannot follow the plug-in's status topic (tried again): %s", exc)
+                failing = True
+                self._stop.wait(5)
+        if self._admin is not None:
+            with contextlib.suppress(Exception):
+                self._admin.close()
+
+    def _brokers(self) -> list[int]:
+        """The cluster's broker ids now (the last known, if it does not answer)."""
+        try:
+            if self._admin is None:
+                self._admin = kafka_store.admin(self.state.options, request_timeout_ms=self.state.timeout_ms)
+            return sorted(int(b["broker_id"]) for b in self._admin.describe_cluster().get("brokers", []))
+        except Exception as exc:  # kafka-python raises several kinds here
+            log.debug("pidquota: the cluster's brokers not known now: %s", exc)
+            return self._ids
+
+    def _read(self, records) -> None:
+        with self._lock:
+            for r in records:
+                report = Report.parse(r.key, r.value)
+                if report is not None:
+                    self.reports[report.broker] = report
+
+    def _judge(self) -> None:
+        for verdict in self.verdicts():
+            if verdict.obeys is None or self._said.get(verdict.broker) == verdict.obeys:
+                continue
+            if verdict.obeys:
+                log.info("actuator: %s", said(verdict))
+            else:
+                log.warning("actuator: %s", said(verdict))
+            self._said[verdict.broker] = verdict.obeys

@@ -166,9 +166,16 @@ class BatchActuator:
         self.mechanism, self.why = chosen(config, controls or looking)
         for where, cluster in ((options, controls), (peek, looking)):
             if cluster is not None:  # whatever the mechanism now: the journal may hold plug-in throttles
-                cluster.state = PluginState(where, config["pidquota.actuator.plugin.topic"])  # of a past run
+                cluster.state = PluginState(  # of a past run
+                    where,
+                    config["pidquota.actuator.plugin.topic"],
+                    status_topic=config["pidquota.actuator.plugin.status.topic"],
+                )
         self.heartbeat_ms = config["pidquota.actuator.plugin.heartbeat.ms"]
         self.others_may_write = config["pidquota.actuator.plugin.others.may.write"]
+        self._busy_since: float | None = None  # when the batch in progress began (monotonic s)
+        self.hand_over = config["pidquota.actuator.plugin.hand.over"]
+        self.handed: tuple[int, int] | None = None  # at the end: (controls handed over, their last beat's ms)
         mechanism = mechanism_of(config, self.mechanism)
         self.actuator = Actuator(mechanism, rails_of(config), controls, journal, clock, peek=looking)
         self.by_address = self.mechanism == CONNECTIONS
@@ -227,17 +234,38 @@ class BatchActuator:
         self.actuator.journal.ensure()
         self.actuator.journal.claim()  # one owner: fences an earlier run on this journal, then reads it
         state = self.actuator.controls.state
-        if self.mechanism == PLUGIN:  # the plug-in's topic, then the heartbeat that makes the brokers obey it
+        if self.mechanism == PLUGIN:  # its topics, and who may write the one the brokers obey
             state.ensure(self.actuator.journal.principal)
             self._check_writers(state)
-            state.start_heartbeat(self.heartbeat_ms)
         if self.loop is not None and self.deny_asked and self.mechanism in STOCK:
             self.deny = self._deny_allowed()
             self.loop.steps = 2 if self.deny else 1
         rows = self.actuator.reconcile()
         for address, principal in self.actuator.held_addresses().items():
             self.book.own(address, principal)  # a restart knows the addresses it holds again
+        if self.mechanism == PLUGIN:  # after the reconcile: the brokers obey what it left
+            state.start_heartbeat(self.heartbeat_ms, alive=self._not_hung)
+            state.watch_brokers()
         return self._said(rows)
+
+    def batch_begins(self) -> None:
+        """A batch's output has begun (the sink): while one runs over half the heartbeat's
+        bound, no heartbeat is written, so a hung run is not obeyed for long."""
+        self._busy_since = time.monotonic()
+
+    def batch_ends(self) -> None:
+        self._busy_since = None
+
+    def _not_hung(self) -> bool:
+        since = self._busy_since
+        return since is None or time.monotonic() - since < self.heartbeat_ms / 2000
+
+    def obedience(self) -> list:
+        """Each broker's verdict on the plug-in state (``actuate/obedience.py``), newest; empty
+        when the mechanism is not the plug-in, or before its first heartbeat."""
+        state = self.actuator.controls.state if self.actuator.controls is not None else None
+        watch = getattr(state, "watch", None)
+        return watch.verdicts() if watch is not None else []
 
     def _check_writers(self, state: PluginState) -> None:
         """At every start: who besides pidquota may write the state topic, which decides whom
@@ -408,7 +436,11 @@ class BatchActuator:
         return _at_most(picked)
 
     def stop(self) -> list[Action]:
-        """Undo everything held (the run's end; a kill leaves it to the next start)."""
+        """Undo everything held (the run's end; a kill leaves it to the next start); through the
+        plug-in, with ``pidquota.actuator.plugin.hand.over``, leave it to the next run instead
+        (:meth:`left_behind` says so)."""
+        if self._handing_over():
+            return []
         try:
             rows = self.actuator.lift_all()
         except (ControlError, JournalError) as exc:
@@ -430,13 +462,34 @@ class BatchActuator:
                 log.info("actuator: %s", describe(row))
         return rows
 
+    def _handing_over(self) -> bool:
+        """At the end, through the plug-in: stop the heartbeat and leave the throttles for the
+        next run (True), when the setting says so and there are some."""
+        state = None if self.dry_run else self.actuator.controls.state
+        held = 0 if self.dry_run else len(self.actuator.entries)
+        if self.mechanism != PLUGIN or not self.hand_over or not held or self.actuator.fenced is not None:
+            return False
+        state.stop_heartbeat()
+        last = state.last_beat_ms if state.last_beat_ms is not None else int(self.clock() * 1000)
+        self.handed = (held, last)
+        return True
+
     def left_behind(self) -> str:
         """What this run still holds on the cluster, and how to lift it; empty when nothing
-        (said when a run stops without lifting: a second signal, a lift that failed)."""
+        (said when a run stops without lifting: a second signal, a lift that failed, or plug-in
+        throttles handed over to the next run)."""
         held = 0 if self.dry_run else len(self.actuator.entries)
         if not held or self.actuator.fenced is not None:  # fenced: the journal's new owner holds them
             return ""
         where = self.options["kafka.bootstrap.servers"]
+        if self.handed is not None:
+            ends = _utc(self.handed[1] + self.heartbeat_ms)
+            return (
+                f"{held} plug-in throttle(s) handed over to the next run on {where} (journal topic "
+                f"{self.topic}): the brokers obey them until {ends}, when the last heartbeat is "
+                f"{self.heartbeat_ms / 1000:g} s old, and a run started before then keeps them without "
+                f"a gap; `pidquota actuator lift --bootstrap {where}` ends them now"
+            )
         return (
             f"{held} control(s) stay held on {where} (journal topic {self.topic}): `pidquota actuator "
             f"lift` with this run's settings (--bootstrap {where}) undoes them now; else the next run "

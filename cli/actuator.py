@@ -8,7 +8,7 @@ import os
 import socket
 import time
 
-from pidquota.actuate.controls import same_value, shown_value
+from pidquota.actuate.controls import ClientThrottleKey, ThrottleKey, same_value, shown_value
 from pidquota.cli.common import add_config_flags, load_settings
 
 
@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"pidquota: lifted {len(rows) - failed} control(s) on {options['kafka.bootstrap.servers']}")
             return 1 if failed else 0
         held = act.actuator.held()
-        _status(held, options["kafka.bootstrap.servers"], config["pidquota.actuator.journal.topic"])
+        open_ = _plugin(act, held)
+        _status(held, options["kafka.bootstrap.servers"], config["pidquota.actuator.journal.topic"], open_)
         if held:
             print(holder(act.actuator.journal.owner()))
         return 0
@@ -55,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
         act.close()
 
 
-def _status(held: list, where: str, topic: str) -> None:
+def _status(held: list, where: str, topic: str, open_: str = "") -> None:
+    """One line per control held; ``open_``: why the brokers obey no plug-in throttle now."""
     if not held:
         print(f"pidquota: the actuator holds nothing on {where} (journal topic {topic})")
         return
@@ -64,10 +66,61 @@ def _status(held: list, where: str, topic: str) -> None:
         left = entry.until_ms - now
         when = f"for {left / 1000:.0f} s more" if left > 0 else "expired: undone at the next start or lift"
         state = "as set" if same_value(current, entry.ours) else f"changed since to {shown_value(current)}"
+        unbound = (
+            f"; NOT obeyed: {open_}"
+            if open_ and isinstance(entry.control, ThrottleKey | ClientThrottleKey)
+            else ""
+        )
         print(
             f"{entry.principal}: {entry.control.name} = {shown_value(entry.ours)} ({state}; the operator's "
-            f"was {shown_value(entry.before)}), {when}"
+            f"was {shown_value(entry.before)}), {when}{unbound}"
         )
+
+
+def _plugin(act, held: list) -> str:
+    """The plug-in's heartbeat and each broker's report, when the run acts through the plug-in
+    or the journal holds a plug-in throttle; returns why the brokers obey none now ("" when
+    they may)."""
+    from pidquota.actuate.controls import ControlError
+    from pidquota.actuate.obedience import said, verdicts
+    from pidquota.actuate.runner import PLUGIN
+
+    plugin = any(isinstance(e.control, ThrottleKey | ClientThrottleKey) for e, _ in held)
+    state = act.actuator.controls.state
+    if not (plugin or act.mechanism == PLUGIN) or state is None:
+        return ""
+    try:
+        beat, reports = state.heartbeat(), state.reports()
+    except ControlError as exc:
+        print(f"pidquota: the plug-in's state cannot be read: {exc}")
+        return "its state could not be read"
+    now = int(time.time() * 1000)
+    if beat is None:
+        print(
+            f"pidquota: no heartbeat in the plug-in's state topic {state.topic}: every broker's plug-in refuses nothing (fail open)"
+        )
+        return "no heartbeat: the brokers fail open"
+    at, bound = beat
+    age = now - at
+    if age > bound:
+        print(
+            f"pidquota: the plug-in's heartbeat is {age / 1000:.0f} s old, over its bound ({bound / 1000:g} s): "
+            "every broker's plug-in refuses nothing (fail open); no run beats on this state topic"
+        )
+        open_ = f"the heartbeat is {age / 1000:.0f} s old, the brokers fail open"
+    else:
+        print(
+            f"pidquota: the plug-in's heartbeat is {max(age, 0) / 1000:.0f} s old (bound {bound / 1000:g} s): "
+            f"the brokers obey the state for {(bound - age) / 1000:.0f} s more unless another beat comes"
+        )
+        open_ = ""
+    try:
+        brokers = sorted(act.actuator.controls.authorizers())
+    except ControlError:
+        brokers = sorted(reports)  # those that reported, at least
+    for verdict in verdicts(reports, brokers, at - bound, now):
+        print(f"pidquota: {said(verdict)}")
+    return open_
 
 
 UNTIL = "nothing undoes them until a run starts on this journal, or `pidquota actuator lift`"

@@ -73,6 +73,7 @@ def plan(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> Plan:
         cleanup.callback(exporter.close)
         if act is not None:
             exporter.watch_actuator(lambda: len(act.acted))
+            exporter.watch_plugin(act.obedience)
     return Plan(
         config,
         quotas,

@@ -775,6 +775,16 @@ SETTINGS: tuple[Setting, ...] = (
         "lets over twice its quota through.",
     ),
     Setting(
+        "pidquota.actuator.plugin.status.topic",
+        str,
+        "pidquota-plugin-status",
+        "The plug-in's own default (pidquota.plugin.status.topic on the brokers).",
+        "The compacted topic where each broker's plug-in reports whether it obeys pidquota's state "
+        "(mechanism broker-plugin): the run says a broker that does not, within 30 s, and "
+        "`pidquota actuator status` shows each. Created if missing; the plug-in's principal needs "
+        "WRITE on it (a super user has it).",
+    ),
+    Setting(
         "pidquota.actuator.plugin.others.may.write",
         bool,
         False,
@@ -784,6 +794,20 @@ SETTINGS: tuple[Setting, ...] = (
         "pidquota's may write (an ALLOW ACL of another principal, a wildcard or prefixed one, or "
         "no ACL where the brokers allow everyone): each is said at every start. false: such a "
         "topic is refused at start, with the ACL that lets whom.",
+    ),
+    Setting(
+        "pidquota.actuator.plugin.hand.over",
+        bool,
+        True,
+        "A restart lifted every throttle and the next run took about a minute to throttle again: "
+        "about 500 PIDs of a crash loop went through in the gap. Handed over, the brokers obey the "
+        "throttles until the last heartbeat is over its bound, and a run that starts within it "
+        "keeps them without a gap.",
+        "With the broker-plugin mechanism, a run that stops normally leaves its plug-in throttles "
+        "(journalled) for the next run instead of lifting them, and stops its heartbeat: the "
+        "brokers refuse nothing once it is pidquota.actuator.plugin.heartbeat.ms old, unless a run "
+        "starts before and keeps them; `pidquota actuator lift` ends them at once. false: the run's "
+        "end lifts them, as every other mechanism's does.",
     ),
     Setting(
         "pidquota.actuator.plugin.heartbeat.ms",

@@ -326,6 +326,12 @@ class Exporter:
         """``pidquota_actuator_principals`` reads ``acted()`` at each scrape."""
         self.acted.set_function(acted)
 
+    def watch_plugin(self, verdicts: Callable[[], list]) -> None:
+        """``pidquota_plugin_broker_obeys{broker}`` reads ``verdicts()`` at each scrape: 1 for a
+        broker whose plug-in obeys pidquota's state, 0 for one that does not (a broker not yet
+        judged has no sample); ``actuate/obedience.py`` says how it is judged."""
+        self.registry.register(_Obedience(verdicts))
+
     def observe_progress(self, progress: dict | None) -> None:
         """Spark's ``query.lastProgress``: the batch's duration."""
         if not progress:
@@ -387,3 +393,27 @@ def _count(row: dict, key: str) -> int:
 def _remove(metric, *labels: str) -> None:
     with contextlib.suppress(KeyError):  # no such series
         metric.remove(*labels)
+
+
+class _Obedience:
+    """A collector of the brokers' obedience, asked at each scrape."""
+
+    def __init__(self, verdicts: Callable[[], list]):
+        self.verdicts = verdicts
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        family = GaugeMetricFamily(
+            "pidquota_plugin_broker_obeys",
+            "1 while the broker's plug-in obeys pidquota's state (its report fresh, obeying, of this "
+            "run's heartbeat), 0 while it does not: pidquota's throttles do not bind there",
+            labels=["broker"],
+        )
+        for verdict in self.verdicts():
+            if verdict.obeys is not None:
+                family.add_metric([str(verdict.broker)], 1.0 if verdict.obeys else 0.0)
+        yield family

@@ -169,10 +169,12 @@ class _RefusedLogins(logging.Handler):
     def __init__(self):
         super().__init__(logging.DEBUG)
         self.reason: str | None = None
-        self.logging_in = self.closed_in_login = False
+        self.logging_in = self.closed_in_login = self.closed = False
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage()
+        if "socket disconnected" in text:  # it connected, and the broker closed the connection
+            self.closed = True
         if "SaslAuthenticationFailed" in text:
             self.reason = text.rpartition("Authentication failed")[2].lstrip(": ") or "refused"
         elif record.name.startswith("kafka.net.sasl"):
@@ -197,6 +199,14 @@ def _connected(kind, options: dict, defaults: dict, extra: dict):
                 f"cannot connect to Kafka at {options['kafka.bootstrap.servers']}: the broker {how} of user "
                 f"{options.get('kafka.sasl.username')!r} ({why}); check "
                 "pidquota.kafka.sasl.username and PIDQUOTA_KAFKA_SASL_PASSWORD"
+            ) from None
+        if refused.closed and not options.get("kafka.security.protocol"):
+            raise KafkaError(
+                f"cannot connect to Kafka at {options['kafka.bootstrap.servers']}: the broker closed each "
+                "connection pidquota opened without authentication: a listener that wants SASL or TLS? Give "
+                "its settings as the run's (pidquota.kafka.security.protocol, pidquota.kafka.sasl.mechanism, "
+                "pidquota.kafka.sasl.username and PIDQUOTA_KAFKA_SASL_PASSWORD, in --config FILE or the "
+                "environment)"
             ) from None
         waited = kwargs.get(
             "bootstrap_timeout_ms", getattr(kind, "DEFAULT_CONFIG", {}).get("bootstrap_timeout_ms")

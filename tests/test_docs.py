@@ -220,3 +220,38 @@ def test_the_readme_says_how_to_start_a_local_broker():
     assert command in README
     script = (ROOT / "scripts" / "kafka_broker.py").read_text()
     assert '"run"' in script and '"--dir"' in script
+
+
+def _properties_blocks() -> list[tuple[str, str]]:
+    """Every ```properties block of the pages: (page, block)."""
+    return [
+        (path.name, block)
+        for path, text in PAGES.items()
+        for block in re.findall(r"```properties\n(.*?)```", text, re.S)
+    ]
+
+
+def test_the_properties_examples_paste_as_they_are():
+    """Issue 53: a comment after a value is part of the value in a properties file
+    (``pidquota.plugin.topic=pidquota-throttle-state    # the default`` names another topic)."""
+    blocks = _properties_blocks()
+    assert any(page == "broker-plugin.md" for page, _ in blocks)
+    for page, block in blocks:
+        for line in block.splitlines():
+            if line.strip() and not line.lstrip().startswith(("#", "!")):
+                key, _, value = line.partition("=")
+                assert "#" not in value and "!" not in value, f"{page}: {line!r}"
+
+
+def test_the_plugins_settings_in_the_docs_are_the_ones_it_reads():
+    source = (ROOT / "plugin/src/main/java/io/pidquota/plugin/PidQuotaAuthorizer.java").read_text()
+    read = set(re.findall(r'PREFIX \+ "([a-z.]+)"', source))
+    [block] = [b for page, b in _properties_blocks() if page == "broker-plugin.md"]
+    keys = {line.lstrip("#").partition("=")[0] for line in block.splitlines() if "=" in line}
+    plugin = {k.removeprefix("pidquota.plugin.") for k in keys if k.startswith("pidquota.plugin.")}
+    assert plugin and all(
+        k in read or any(k.startswith(r) for r in read if r.endswith(".")) for k in plugin
+    ), (
+        plugin,
+        read,
+    )

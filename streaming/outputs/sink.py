@@ -205,6 +205,15 @@ class JsonlSink:
         self.totals = BatchTotals()
 
     def __call__(self, batch_df, batch_id: int) -> None:
+        if self.act is None:
+            return self._write(batch_df, batch_id)
+        self.act.batch_begins()  # a batch that hangs stops the plug-in's heartbeat (runner.py)
+        try:
+            return self._write(batch_df, batch_id)
+        finally:
+            self.act.batch_ends()
+
+    def _write(self, batch_df, batch_id: int) -> None:
         # one collect, of a row per principal; Arrow keeps int64 ints with nulls intact
         table = self._marked(output_rows(batch_df.toArrow()))
         parts = _parts(table, batch_id)

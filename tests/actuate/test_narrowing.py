@@ -89,3 +89,29 @@ def test_a_client_id_the_plugin_would_not_take_throttles_the_whole_user_and_keys
     assert throttle_key(USER, "\U0001f600a") == "c:3:\U0001f600aUser:crash".encode()  # UTF-16 units
     too_long = "x" * 4097
     assert broker_plugin(narrow=True).controls(USER, (), (too_long,)) == [(ThrottleKey(USER), True)]
+
+
+def test_a_short_hold_does_not_flap_a_relapse_is_held_twice_as_long_each_time():
+    """Issue 53: a throttle through the plug-in hides its flood (refused inits are not counted),
+    so with a short hold it was undone and applied again every ~30 s. Back within one hold of
+    its undo, a principal is held twice as long; after a quiet spell, the base again."""
+    from dataclasses import replace
+
+    from test_actuator_faults import Clock
+
+    cluster, clock = Cluster(), Clock()
+    journal = FakeJournal(cluster)
+    act = Actuator(broker_plugin(), replace(RAILS, hold_ms=20_000), cluster, journal, clock=clock)
+    now = lambda: int(clock() * 1000)  # noqa: E731
+    holds = []
+    for _ in range(4):  # throttled, held, undone, throttled again 5 s after
+        [row] = act({USER: now()})
+        assert row.action == "apply"
+        holds.append(act.acted[USER] - now())
+        clock.t += (act.acted[USER] - now()) / 1000 + 1
+        assert [r.action for r in act({})] == ["undo"]
+        clock.t += 5
+    assert holds == [20_000, 40_000, 80_000, 160_000]
+    clock.t += 161  # away for longer than its last hold
+    [row] = act({USER: now()})
+    assert act.acted[USER] - now() == 20_000 and "hold" not in row.note

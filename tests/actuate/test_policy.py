@@ -113,3 +113,19 @@ def test_a_fractional_connection_rate_is_refused_at_start_up():
         ]
         == 3
     )
+
+
+def test_a_relapse_within_its_hold_doubles_the_hold_and_a_quiet_spell_resets_it():
+    """Issue 53: with hold.ms=20000 the plug-in's throttle flapped every ~30 s (a throttle that
+    works hides the flood that made it, the hold ends, the flood comes back)."""
+    from pidquota.actuate.policy import MAX_HOLD_MS, next_hold
+
+    assert next_hold(20 * S, None, 0) == 20 * S
+    assert next_hold(20 * S, (20 * S, 100 * S), 110 * S) == 40 * S  # back 10 s after its undo
+    assert next_hold(20 * S, (40 * S, 200 * S), 230 * S) == 80 * S
+    assert next_hold(20 * S, (40 * S, 200 * S), 250 * S) == 20 * S  # 50 s away: over its 40 s
+    assert next_hold(20 * S, (MAX_HOLD_MS, 0), 1) == MAX_HOLD_MS
+    assert next_hold(2 * MAX_HOLD_MS, (2 * MAX_HOLD_MS, 0), 1) == 2 * MAX_HOLD_MS  # never below the base
+    out = plan({"User:a": 5 * S}, {}, 0, RAILS, holds={"User:a": 120 * S})
+    assert out.apply == {"User:a": 125 * S}
+    assert plan({}, {"User:a": 125 * S}, 100 * S, RAILS, holds={"User:a": 120 * S}).undo == []

@@ -182,6 +182,20 @@ def test_the_actuators_actions_are_counted_and_its_principals_read_at_each_scrap
     assert value(scrape(ex), "pidquota_actuator_principals") == 0
 
 
+def test_each_brokers_obedience_is_read_at_each_scrape():
+    from pidquota.actuate.obedience import Verdict
+
+    ex = Exporter(W, max_users=10)
+    verdicts = [Verdict(1, True, "obeys"), Verdict(2, False, "no report"), Verdict(3, None, "no report yet")]
+    ex.watch_plugin(lambda: verdicts)
+    s = scrape(ex)
+    assert value(s, "pidquota_plugin_broker_obeys", broker="1") == 1
+    assert value(s, "pidquota_plugin_broker_obeys", broker="2") == 0
+    assert value(s, "pidquota_plugin_broker_obeys", broker="3") is None
+    verdicts[1] = Verdict(2, True, "obeys")
+    assert value(scrape(ex), "pidquota_plugin_broker_obeys", broker="2") == 1
+
+
 @pytest.mark.parametrize(
     "reason, cls",
     [

@@ -67,6 +67,7 @@ def test_a_narrowed_throttle_refuses_the_flooding_client_id_alone_and_the_loop_w
             "pidquota.actuator.journal.topic": "journal-narrow",
             "pidquota.actuator.escalation.settle.ms": "5000",
             "producer.id.quota.window.size.seconds": "60",
+            "pidquota.actuator.plugin.hand.over": "false",  # its end lifts: checked below
         },
         environ={},
     )
@@ -165,3 +166,127 @@ def test_a_state_topic_others_may_write_is_refused_at_start_naming_the_acl(broke
         for binding in (bob, carol):
             admin.write(binding, False)
         admin.close()
+
+
+def _plugin_actuator(broker, journal: str, **more):
+    from pidquota.actuate.runner import BatchActuator
+    from pidquota.conf.loader import load
+
+    overrides = {
+        "pidquota.actuator": "on",
+        "pidquota.actuator.mechanism": "broker-plugin",
+        "pidquota.actuator.plugin.narrow": "false",
+        "pidquota.actuator.journal.topic": journal,
+        "pidquota.actuator.hold.ms": "120000",
+        "pidquota.actuator.plugin.hand.over": "false",  # its end lifts, unless a test says otherwise
+        **more,
+    }
+    return BatchActuator(load(overrides=overrides, environ={}), broker.sasl("pidquota"))
+
+
+ROW = {
+    "principal": "User:crash-loop",
+    "timestamp": 1,
+    "quota": 5.0,
+    "tokens": 0.0,
+    "admitted": 0,
+    "throttled": 4,
+}
+
+
+def _status(broker, journal: str) -> str:
+    from harness.cli import run_cli
+
+    done = run_cli(
+        "actuator", "status", "--bootstrap", broker.bootstrap,
+        "--set", f"pidquota.actuator.journal.topic={journal}",
+        "--set", "pidquota.actuator.mechanism=broker-plugin",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_normal_stop_hands_the_throttles_to_the_next_run_and_the_bound_ends_them_if_none_comes(broker):
+    """Issue 53: a run's end lifted its throttles, and the next run took 59 s to throttle again
+    (about 500 PIDs in the gap). Now the brokers obey them until the last heartbeat is over its
+    bound; a run started within it keeps them; without one they end at the bound."""
+    handing = {"pidquota.actuator.plugin.hand.over": "true"}
+    first = _plugin_actuator(
+        broker, "journal-handover", **handing, **{"pidquota.actuator.plugin.heartbeat.ms": "20000"}
+    )
+    first.start()
+    assert [r.action for r in first([ROW])] == ["apply"]
+    _until(lambda: _new_pid(broker, "crash-loop") == "refused")
+    _until(lambda: [v.obeys for v in first.obedience()] == [True], timeout_s=30)  # its plug-in reported
+    assert first.stop() == []  # handed over, not lifted
+    said = first.left_behind()
+    assert "1 plug-in throttle(s) handed over to the next run" in said and "actuator lift" in said, said
+    first.close()
+    assert _new_pid(broker, "crash-loop") == "refused"  # the gap of a restart: still refused
+    shown = _status(broker, "journal-handover")
+    assert "the plug-in's heartbeat is" in shown and "(bound 20 s): the brokers obey the state" in shown, (
+        shown
+    )
+    assert "broker 1 obeys pidquota's plug-in state" in shown and "NOT obeyed" not in shown, shown
+    second = _plugin_actuator(
+        broker, "journal-handover", **handing, **{"pidquota.actuator.plugin.heartbeat.ms": "5000"}
+    )
+    rows = second.start()
+    assert [r.action for r in rows] == ["keep"], rows
+    assert _new_pid(broker, "crash-loop") == "refused"
+    assert second.stop() == []
+    second.close()
+    handed_at = time.monotonic()
+    _until(lambda: _new_pid(broker, "crash-loop") == "granted", timeout_s=30)  # no run came: the bound
+    assert time.monotonic() - handed_at > 2
+    shown = _status(broker, "journal-handover")  # a kill -9's status said "present ... for 311 s more"
+    assert "over its bound (5 s): every broker's plug-in refuses nothing (fail open)" in shown, shown
+    assert (
+        "plug-in throttle for User:crash-loop = present" in shown and "NOT obeyed: the heartbeat is" in shown
+    )
+    lift = _plugin_actuator(broker, "journal-handover")
+    try:
+        lift.actuator.journal.claim("lift")
+        assert [r.action for r in lift.actuator.lift_journal()] == ["undo"]
+    finally:
+        lift.close()
+
+
+def test_each_broker_says_whether_it_obeys_within_seconds_of_acting(broker, tmp_path, caplog):
+    """Issue 53: with the plug-in's bootstrap wrong, a broker failed open and granted ~500 PIDs a
+    minute while pidquota said THROTTLED, ACTED ON. Each plug-in now reports to pidquota's status
+    topic; the run says a broker that does not obey within 30 s of acting through it."""
+    import logging
+
+    from harness.kafka import ApacheKafka
+
+    act = _plugin_actuator(broker, "journal-obeys")
+    try:
+        act.start()
+        act([ROW])
+        _until(lambda: [v.obeys for v in act.obedience()] == [True], timeout_s=30)
+        assert "obeys" in act.obedience()[0].why
+    finally:
+        act.stop()
+        act.close()
+    deaf = ApacheKafka(
+        tmp_path / "deaf", plugin=plugin_jar(), extra={"pidquota.plugin.bootstrap.servers": "127.0.0.1:1"}
+    )
+    deaf.cluster.start()
+    act = _plugin_actuator(deaf, "journal-deaf")
+    try:
+        with caplog.at_level(logging.WARNING, logger="pidquota.actuate"):
+            act.start()
+            act([ROW])
+            acted = time.monotonic()
+            _until(lambda: [v.obeys for v in act.obedience()] == [False], timeout_s=30)
+            _until(
+                lambda: any("broker 1 does NOT obey" in r.getMessage() for r in caplog.records), timeout_s=5
+            )
+        assert time.monotonic() - acted < 30
+        assert "no report from its plug-in" in act.obedience()[0].why
+        assert _new_pid(deaf, "crash-loop") == "granted"  # what it says is so
+    finally:
+        act.stop()
+        act.close()
+        deaf.cluster.stop()

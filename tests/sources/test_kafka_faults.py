@@ -29,6 +29,18 @@ def test_wrong_sasl_credentials_are_one_clear_error_without_the_password(kafka):
     assert "not-alices-secret" not in message and "\n" not in message
 
 
+def test_a_sasl_listener_reached_without_its_settings_says_which_settings(kafka):
+    """Issue 53: `pidquota actuator status --bootstrap HOST:SASLPORT` said "no broker answered...
+    is it up" when it needed the SASL settings."""
+    with pytest.raises(KafkaError) as failed:
+        check_topic({"kafka.bootstrap.servers": kafka.sasl_bootstrap}, "anything", 5_000)
+    message = str(failed.value)
+    assert "closed each connection pidquota opened without authentication" in message, message
+    assert "pidquota.kafka.security.protocol" in message and "\n" not in message
+    with pytest.raises(KafkaError, match="no broker answered"):  # nothing there: not that
+        check_topic({"kafka.bootstrap.servers": "127.0.0.1:1"}, "anything", 2_000)
+
+
 def _delete(kafka, topic: str) -> None:
     admin = kafka.admin()
     try:

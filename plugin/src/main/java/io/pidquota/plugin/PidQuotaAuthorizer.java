@@ -52,8 +52,10 @@ import org.slf4j.LoggerFactory;
  * pidquota.plugin.bootstrap.servers=HOST:PORT
  * # the default
  * pidquota.plugin.topic=pidquota-throttle-state
- * # any consumer setting, prefixed
+ * # any client setting of its consumer and its status producer, prefixed
  * pidquota.plugin.consumer.security.protocol=...
+ * # where it reports whether it obeys (the default)
+ * pidquota.plugin.status.topic=pidquota-plugin-status
  * </pre>
  * Worked example: pidquota writes {@code t:User:crash = now + 60 s} and heartbeats every batch;
  * within a second every broker answers User:crash's InitProducerId with error 31, while
@@ -66,6 +68,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     static final short INIT_PRODUCER_ID = 22;
     static final String PREFIX = "pidquota.plugin.";
     static final String DEFAULT_TOPIC = "pidquota-throttle-state";
+    static final String DEFAULT_STATUS_TOPIC = "pidquota-plugin-status";
 
     private final ThrottleState state = new ThrottleState();
     private final AtomicLong refused = new AtomicLong();
@@ -74,6 +77,8 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     private final Set<String> superUsers = new HashSet<>();
     private final AtomicReference<String> openSaid = new AtomicReference<>("");
     private StateReader reader;
+    private StatusReporter reporter;
+    private String statusTopic = DEFAULT_STATUS_TOPIC;
     private ObjectName mbean;
     private String topic = DEFAULT_TOPIC;
     private Map<String, Object> clientConfigs = new HashMap<>();
@@ -93,6 +98,10 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         Object t = configs.get(PREFIX + "topic");
         if (t != null && !t.toString().isBlank()) {
             topic = t.toString().trim();
+        }
+        Object st = configs.get(PREFIX + "status.topic");
+        if (st != null && !st.toString().trim().isEmpty()) {
+            statusTopic = st.toString().trim();
         }
         for (Map.Entry<String, ?> e : configs.entrySet()) {
             if (e.getKey().startsWith(PREFIX + "consumer.")) {
@@ -152,7 +161,8 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         if (!clientConfigs.containsKey("bootstrap.servers")) {
             LOG.error("pidquota plug-in: no {}bootstrap.servers: it refuses nothing", PREFIX);
         } else {
-            reader = new StateReader(state, topic, clientConfigs, name, () -> watch(System.currentTimeMillis()));
+            reporter = new StatusReporter(statusTopic, serverInfo.brokerId(), clientConfigs, name);
+            reader = new StateReader(state, topic, clientConfigs, name, this::tick);
             reader.start();
         }
         register(serverInfo.brokerId());
@@ -219,6 +229,14 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         return no;
     }
 
+    /** After each check of the state topic (the reader's thread): a change of the fail-open state
+     * said, and this broker's report to pidquota when one is due. */
+    private void tick() {
+        long now = System.currentTimeMillis();
+        watch(now);
+        reporter.maybeReport(state, now, refused.get(), reader == null ? 0 : reader.read());
+    }
+
     /** Why nothing is refused now (null: the set is obeyed), said once at each change. */
     private String watch(long now) {
         String why = state.openBecause(now);
@@ -252,6 +270,9 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         if (reader != null) {
             reader.close();
         }
+        if (reporter != null) {
+            reporter.close();
+        }
         if (mbean != null) {
             try {
                 ManagementFactory.getPlatformMBeanServer().unregisterMBean(mbean);
@@ -283,6 +304,16 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         @Override
         public int getEntries() {
             return state.size();
+        }
+
+        @Override
+        public long getStatusReportsSent() {
+            return reporter == null ? 0 : reporter.sent();
+        }
+
+        @Override
+        public long getStatusReportsFailed() {
+            return reporter == null ? 0 : reporter.failed();
         }
 
         @Override

@@ -14,6 +14,12 @@ public interface PluginStatsMBean {
     /** Entries held in the state (at most ThrottleState.MAX_ENTRIES). */
     int getEntries();
 
+    /** Reports of this broker's obedience written to pidquota's status topic. */
+    long getStatusReportsSent();
+
+    /** Reports that could not be written (no metadata yet, the cluster or the topic not there). */
+    long getStatusReportsFailed();
+
     /** Principals whose throttle has not ended. */
     int getThrottled();
 

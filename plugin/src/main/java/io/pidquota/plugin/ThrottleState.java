@@ -281,6 +281,11 @@ public final class ThrottleState {
         return at >= 0 && nowMs - at <= maxAgeMs && at - nowMs <= SKEW_MS;
     }
 
+    /** The time of the newest heartbeat of pidquota's read (-1: none since the start or a clear). */
+    public long heartbeatAt() {
+        return heartbeatAtMs;
+    }
+
     public boolean enabled() {
         return enabled;
     }
