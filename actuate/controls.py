@@ -264,15 +264,17 @@ class Controls:
 
         anything = ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY)
         wanted = ACLFilter(principal, None, ACLOperation.ANY, ACLPermissionType.ALLOW, anything)
+        return bool(self._describe_acls(wanted, f"the ACLs of {principal}"))
+
+    def _describe_acls(self, wanted, what: str) -> list:
+        """The ACLs that match the filter ``wanted``, or a ControlError naming ``what``."""
         try:
             found, error = self._admin.describe_acls(wanted)
         except Exception as exc:  # kafka-python raises several kinds here
-            raise ControlError(
-                f"Kafka at {self._where} did not describe the ACLs of {principal}: {exc}"
-            ) from None
+            raise ControlError(f"Kafka at {self._where} did not describe {what}: {exc}") from None
         if getattr(error, "errno", 0):
-            raise ControlError(f"Kafka at {self._where} refused to describe the ACLs of {principal}: {error}")
-        return bool(found)
+            raise ControlError(f"Kafka at {self._where} refused to describe {what}: {error}")
+        return found
 
     def topic_writers(self, topic: str) -> list[AclBinding]:
         """Every ALLOW ACL that lets a principal write ``topic`` (WRITE or ALL; literal,
@@ -288,16 +290,7 @@ class Controls:
 
         matching = ResourcePatternFilter(ResourceType.TOPIC, topic, ACLResourcePatternType.MATCH)
         wanted = ACLFilter(None, None, ACLOperation.ANY, ACLPermissionType.ALLOW, matching)
-        try:
-            found, error = self._admin.describe_acls(wanted)
-        except Exception as exc:  # kafka-python raises several kinds here
-            raise ControlError(
-                f"Kafka at {self._where} did not describe the ACLs of topic {topic!r}: {exc}"
-            ) from None
-        if getattr(error, "errno", 0):
-            raise ControlError(
-                f"Kafka at {self._where} refused to describe the ACLs of topic {topic!r}: {error}"
-            )
+        found = self._describe_acls(wanted, f"the ACLs of topic {topic!r}")
         return [
             AclBinding(
                 a.principal,

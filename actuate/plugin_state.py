@@ -81,9 +81,17 @@ class PluginState:
         guard = topic_bindings(principal, self.topic) if principal else []
         ensure_compacted(self.options, self.topic, self.timeout_ms, guard, "the plug-in's state topic")
         readers = [b for b in topic_bindings(principal, self.status_topic) if b.operation != "WRITE"]
-        ensure_compacted(
-            self.options, self.status_topic, self.timeout_ms, readers, "the plug-in's status topic"
-        )
+        try:  # what the brokers report is for the operator's eyes: a fault here does not stop the run
+            what = "the plug-in's status topic"
+            ensure_compacted(
+                self.options, self.status_topic, self.timeout_ms, readers if principal else [], what
+            )
+        except PidquotaError as exc:
+            log.warning(
+                "pidquota: the plug-in's status topic %r: %s; whether each broker obeys will not be known",
+                self.status_topic,
+                exc,
+            )
 
     def others_who_may_write(self, controls, own: str) -> list[str]:
         """Who besides pidquota's principal ``own`` may write the topic, a phrase each: every
@@ -286,10 +294,13 @@ class StatusWatch:
             return self._ids
 
     def _read(self, records) -> None:
+        """The newest report of each broker: one older than the one held (a re-read from the
+        topic's start, before compaction) does not replace it."""
         with self._lock:
             for r in records:
                 report = Report.parse(r.key, r.value)
-                if report is not None:
+                held = self.reports.get(report.broker) if report is not None else None
+                if report is not None and (held is None or report.at_ms >= held.at_ms):
                     self.reports[report.broker] = report
 
     def _judge(self) -> None:

@@ -29,6 +29,7 @@ from pidquota.actuate.addresses import AddressBook
 from pidquota.actuate.controls import (
     AclBinding,
     ClientQuotaKey,
+    ClientThrottleKey,
     ControlError,
     Controls,
     ThrottleKey,
@@ -232,11 +233,11 @@ class BatchActuator:
         if self.dry_run:
             return []
         self.actuator.journal.ensure()
-        self.actuator.journal.claim()  # one owner: fences an earlier run on this journal, then reads it
         state = self.actuator.controls.state
-        if self.mechanism == PLUGIN:  # its topics, and who may write the one the brokers obey
-            state.ensure(self.actuator.journal.principal)
+        if self.mechanism == PLUGIN:  # its topics, and who may write the one the brokers obey:
+            state.ensure(self.actuator.journal.principal)  # before the claim, which fences a run
             self._check_writers(state)
+        self.actuator.journal.claim()  # one owner: fences an earlier run on this journal, then reads it
         if self.loop is not None and self.deny_asked and self.mechanism in STOCK:
             self.deny = self._deny_allowed()
             self.loop.steps = 2 if self.deny else 1
@@ -469,6 +470,8 @@ class BatchActuator:
         held = 0 if self.dry_run else len(self.actuator.entries)
         if self.mechanism != PLUGIN or not self.hand_over or not held or self.actuator.fenced is not None:
             return False
+        if not all(isinstance(c, ThrottleKey | ClientThrottleKey) for c in self.actuator.entries):
+            return False  # another mechanism's controls, kept from an earlier run: lifted as ever
         state.stop_heartbeat()
         last = state.last_beat_ms if state.last_beat_ms is not None else int(self.clock() * 1000)
         self.handed = (held, last)

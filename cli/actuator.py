@@ -90,10 +90,15 @@ def _plugin(act, held: list) -> str:
     if not (plugin or act.mechanism == PLUGIN) or state is None:
         return ""
     try:
-        beat, reports = state.heartbeat(), state.reports()
+        beat = state.heartbeat()
     except ControlError as exc:
         print(f"pidquota: the plug-in's state cannot be read: {exc}")
         return "its state could not be read"
+    try:
+        reports = state.reports()
+    except ControlError as exc:  # the brokers' reports alone: the heartbeat still says what binds
+        print(f"pidquota: the brokers' reports cannot be read: {exc}")
+        reports = {}
     now = int(time.time() * 1000)
     if beat is None:
         print(

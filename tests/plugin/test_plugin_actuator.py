@@ -286,6 +286,8 @@ def test_each_broker_says_whether_it_obeys_within_seconds_of_acting(broker, tmp_
         assert time.monotonic() - acted < 30
         assert "no report from its plug-in" in act.obedience()[0].why
         assert _new_pid(deaf, "crash-loop") == "granted"  # what it says is so
+        shown = _status(deaf, "journal-deaf")  # and `pidquota actuator status` says it too
+        assert "broker 1 does NOT obey pidquota's plug-in state: no report from its plug-in" in shown, shown
     finally:
         act.stop()
         act.close()

@@ -74,6 +74,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     private final AtomicLong refused = new AtomicLong();
     private final AtomicLong looked = new AtomicLong();
     private final AtomicLong lookedNanos = new AtomicLong();
+    private final AtomicLong faults = new AtomicLong();
     private final Set<String> superUsers = new HashSet<>();
     private final AtomicReference<String> openSaid = new AtomicReference<>("");
     private StateReader reader;
@@ -162,7 +163,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
             LOG.error("pidquota plug-in: no {}bootstrap.servers: it refuses nothing", PREFIX);
         } else {
             reporter = new StatusReporter(statusTopic, serverInfo.brokerId(), clientConfigs, name);
-            reader = new StateReader(state, topic, clientConfigs, name, this::tick);
+            reader = new StateReader(state, topic, statusTopic, clientConfigs, name, this::tick);
             reader.start();
         }
         register(serverInfo.brokerId());
@@ -191,12 +192,34 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         return super.authorizeByResourceType(context, op, resourceType);
     }
 
+    /** {@link #judge}, failing open: whatever goes wrong in the plug-in's own rule (a context
+     * without an address, a bug), the request goes to Kafka's own authorizer. */
+    private boolean refuses(AuthorizableRequestContext context) {
+        try {
+            return judge(context);
+        } catch (RuntimeException e) {
+            if (faults.getAndIncrement() == 0) {
+                LOG.warn("pidquota plug-in: its rule failed, and it refuses nothing for that request (said once; "
+                    + "counted in RuleFaults): {}", e.toString());
+            }
+            return false;
+        }
+    }
+
     /** A refusal in Kafka's audit log, worded as StandardAuthorizer words its denials: INFO when
      * it is the request's answer (a transactional id's WRITE, which the broker asks to log; an
      * idempotent producer's WRITE on any topic, its second and last question), else TRACE (an
      * idempotent producer's IDEMPOTENT_WRITE, which the broker asks not to log as it asks again).
      * One INFO line per refused request, in the file Kafka's logging gives that logger. */
     private static void audit(AuthorizableRequestContext context, AclOperation op, ResourcePattern on, boolean loud) {
+        try {
+            auditLine(context, op, on, loud);
+        } catch (RuntimeException e) {  // a line not written never fails the answer
+            LOG.debug("pidquota plug-in: an audit line not written: {}", e.toString());
+        }
+    }
+
+    private static void auditLine(AuthorizableRequestContext context, AclOperation op, ResourcePattern on, boolean loud) {
         if (loud ? !AUDIT.isInfoEnabled() : !AUDIT.isTraceEnabled()) {
             return;
         }
@@ -218,7 +241,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
 
     /** InitProducerId of this principal (or of this client id of it) is refused now (a super user
      * never is). */
-    private boolean refuses(AuthorizableRequestContext context) {
+    private boolean judge(AuthorizableRequestContext context) {
         long t0 = System.nanoTime();
         String principal = nameOf(context.principal());
         long now = System.currentTimeMillis();
@@ -234,7 +257,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     private void tick() {
         long now = System.currentTimeMillis();
         watch(now);
-        reporter.maybeReport(state, now, refused.get(), reader == null ? 0 : reader.read());
+        reporter.maybeReport(state, now, refused.get(), reader.read(), reader.statusTopicExists());
     }
 
     /** Why nothing is refused now (null: the set is obeyed), said once at each change. */
@@ -299,6 +322,11 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         public String getFailOpenReason() {
             String why = state.openBecause(System.currentTimeMillis());
             return why == null ? "" : why;
+        }
+
+        @Override
+        public long getRuleFaults() {
+            return faults.get();
         }
 
         @Override

@@ -11,6 +11,9 @@ public interface PluginStatsMBean {
     /** Why it refuses nothing now; empty while it obeys pidquota's set. */
     String getFailOpenReason();
 
+    /** Requests its rule failed on (an exception of its own): refused nothing, handed to Kafka. */
+    long getRuleFaults();
+
     /** Entries held in the state (at most ThrottleState.MAX_ENTRIES). */
     int getEntries();
 

@@ -47,6 +47,9 @@ final class StateReader implements Runnable {
     static final Duration CHECK = Duration.ofSeconds(5);
     static final Duration FIRST_BACKOFF = Duration.ofSeconds(2);
     static final Duration MAX_BACKOFF = Duration.ofMinutes(2);
+    /** The longest wait while the cluster answers but the topic is not there yet (or not of one
+     * partition): pidquota's first start makes it, and the brokers should see it within seconds. */
+    static final Duration TOPIC_BACKOFF = Duration.ofSeconds(10);
     static final Duration SAY_EVERY = Duration.ofMinutes(1);
     static final int FETCH_BYTES = 1 << 20;
 
@@ -55,6 +58,8 @@ final class StateReader implements Runnable {
     private final Properties consumerProps = new Properties();
     private final Properties adminProps = new Properties();
     private final Runnable tick;
+    private final String statusTopic;
+    private volatile boolean statusTopicExists;
     private final AtomicLong skipped = new AtomicLong();
     private final AtomicLong read = new AtomicLong();
     private volatile boolean running = true;
@@ -69,9 +74,11 @@ final class StateReader implements Runnable {
 
     /** {@code tick} runs after each check of the topic (the authorizer says a change of its
      * fail-open state there, without waiting for an InitProducerId). */
-    StateReader(ThrottleState state, String topic, Map<String, Object> clientConfigs, String name, Runnable tick) {
+    StateReader(ThrottleState state, String topic, String statusTopic, Map<String, Object> clientConfigs,
+                String name, Runnable tick) {
         this.state = state;
         this.topic = topic;
+        this.statusTopic = statusTopic;
         this.tick = tick;
         for (Map.Entry<String, Object> e : clientConfigs.entrySet()) {
             if (ConsumerConfig.configNames().contains(e.getKey())) {
@@ -118,14 +125,22 @@ final class StateReader implements Runnable {
         return read.get();
     }
 
+    /** pidquota's status topic exists (seen at the last check): the plug-in's reports may go,
+     * and never make it themselves (a broker would make it as a plain topic). */
+    boolean statusTopicExists() {
+        return statusTopicExists;
+    }
+
     @Override
     public void run() {
         long backoff = FIRST_BACKOFF.toMillis();
         try {
             while (running) {
                 String problem;
+                long most = MAX_BACKOFF.toMillis();
                 try {
                     problem = check();
+                    most = TOPIC_BACKOFF.toMillis();  // the cluster answered: the topic is what waits
                     if (problem == null) {
                         follow(CHECK);  // throws when it cannot read: no "reading" line between two faults
                         say(null);
@@ -140,8 +155,8 @@ final class StateReader implements Runnable {
                 tick.run();
                 if (problem != null) {
                     say(problem);
-                    Thread.sleep(backoff);
-                    backoff = Math.min(backoff * 2, MAX_BACKOFF.toMillis());
+                    Thread.sleep(Math.min(backoff, most));
+                    backoff = Math.min(backoff * 2, most);
                 }
             }
         } catch (InterruptedException e) {
@@ -159,6 +174,7 @@ final class StateReader implements Runnable {
         if (consumer == null) {
             consumer = new KafkaConsumer<>(consumerProps);
         }
+        statusTopicExists = exists(statusTopic);
         TopicDescription d;
         try {
             d = admin.describeTopics(Collections.singleton(topic)).allTopicNames()
@@ -188,6 +204,16 @@ final class StateReader implements Runnable {
             next = -1;
         }
         return null;
+    }
+
+    /** Whether {@code name} exists (false too when it cannot be known). */
+    private boolean exists(String name) throws InterruptedException {
+        try {
+            return admin.describeTopics(Collections.singleton(name)).allTopicNames()
+                .get(20, TimeUnit.SECONDS).containsKey(name);
+        } catch (ExecutionException | java.util.concurrent.TimeoutException e) {
+            return false;
+        }
     }
 
     /** The topic is gone or not pidquota's: nothing of it is obeyed. */
@@ -239,9 +265,10 @@ final class StateReader implements Runnable {
         saidAtNanos = now;
     }
 
-    /** One line per change of problem (none: {@code null}), not one per retry. */
+    /** One line per change of problem (none: {@code null}), not one per retry: problems that
+     * differ only in numbers (a deadline, a count) are the same one. */
     private void say(String problem) {
-        String key = problem == null ? "" : problem;
+        String key = problem == null ? "" : problem.replaceAll("[0-9]+", "N");
         if (key.equals(lastProblem)) {
             return;
         }

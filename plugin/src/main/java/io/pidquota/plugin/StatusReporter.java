@@ -43,6 +43,7 @@ final class StatusReporter {
     private KafkaProducer<byte[], byte[]> producer;
     private long lastNanos;
     private int inARow;
+    private boolean broken;
     private boolean warned;
 
     StatusReporter(String topic, int brokerId, Map<String, Object> clientConfigs, String name) {
@@ -77,13 +78,13 @@ final class StatusReporter {
     }
 
     /** Sends this broker's report if one is due ({@code EVERY}) and a heartbeat was ever read. */
-    void maybeReport(ThrottleState state, long nowMs, long refused, long read) {
+    void maybeReport(ThrottleState state, long nowMs, long refused, long read, boolean topicExists) {
         long t = System.nanoTime();
-        if (lastNanos != 0 && t - lastNanos < EVERY.toNanos()) {
+        if (broken || (lastNanos != 0 && t - lastNanos < EVERY.toNanos())) {
             return;
         }
         long heartbeat = state.heartbeatAt();
-        if (heartbeat < 0) {
+        if (heartbeat < 0 || !topicExists) {  // never the broker's own making of pidquota's topic
             return;
         }
         lastNanos = t;
@@ -92,10 +93,17 @@ final class StatusReporter {
             + ",\"why\":\"" + (why == null ? "" : why.replace("\\", "\\\\").replace("\"", "\\\"")) + "\""
             + ",\"heartbeat_ms\":" + heartbeat + ",\"entries\":" + state.size() + ",\"refused\":" + refused
             + ",\"read\":" + read + "}";
-        try {
-            if (producer == null) {
+        if (producer == null) {
+            try {
                 producer = new KafkaProducer<>(props);
+            } catch (Exception e) {  // a setting it refuses: no retry, no config dump every 5 s
+                broken = true;
+                LOG.warn("pidquota plug-in: no reports to pidquota's status topic {}: its producer cannot be made "
+                    + "({}); pidquota will say this broker does not obey", topic, e.toString());
+                return;
             }
+        }
+        try {
             producer.send(
                 new ProducerRecord<>(topic, ("broker:" + brokerId).getBytes(java.nio.charset.StandardCharsets.UTF_8),
                     json.getBytes(java.nio.charset.StandardCharsets.UTF_8)),
