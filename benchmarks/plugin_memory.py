@@ -90,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--long", action="store_true", help="the open-ended keys of --key-bytes too (the bound of characters)"
     )
-    ap.add_argument("--jar", type=Path, default=None, help="another build of the plug-in (default: plugin/'s)")
+    ap.add_argument(
+        "--jar", type=Path, default=None, help="another build of the plug-in (default: plugin/'s)"
+    )
     args = ap.parse_args(argv)
     from harness.plugin import plugin_jar
 
