@@ -38,6 +38,8 @@ from pidquota.conf.errors import PidquotaError
 from pidquota.store import kafka as kafka_store
 
 log = logging.getLogger("pidquota.actuate")
+# each broker's verdict as it changes: the run's own lines, good news included (cli/logs.py)
+brokers_log = logging.getLogger("pidquota.actuate.brokers")
 
 THROTTLE, CLIENT, HEARTBEAT = "t:", "c:", "h"
 STATUS_TOPIC = "pidquota-plugin-status"  # the plug-in's own default (pidquota.plugin.status.topic)
@@ -96,16 +98,39 @@ class PluginState:
     def others_who_may_write(self, controls, own: str) -> list[str]:
         """Who besides pidquota's principal ``own`` may write the topic, a phrase each: every
         ALLOW ACL of WRITE or ALL that matches it (literal, prefixed, wildcard; a wildcard
-        principal too), and, where no ACL names it at all, every principal when the brokers
-        allow everyone where no ACL is found. A DENY is not weighed: the check errs on the side
+        principal too), and, where no ACL lets anyone write it, every principal unless every
+        broker shows ``allow.everyone.if.no.acl.found=false`` (Kafka mostly hides that setting,
+        and hidden is not known). A topic no ACL guards is first guarded, when ``own`` is known
+        (an existing topic got no ACLs before). A DENY is not weighed: the check errs on the side
         of saying. ``own`` empty (pidquota's principal not known): every writer is another."""
         writers = controls.topic_writers(self.topic)
+        if not writers and own:
+            self._guard(controls, own)
+            writers = controls.topic_writers(self.topic)
         others = [b.name for b in writers if not own or b.principal != own]
         if not writers:
-            explicit, why = controls.grants_explicitly()
-            if not explicit:
-                others.append(f"every principal: no ACL lets anyone write it, and {why}")
+            found = controls.broker_configs("allow.everyone.if.no.acl.found")
+            if not found or any(
+                c["allow.everyone.if.no.acl.found"].lower() != "false" for c in found.values()
+            ):
+                others.append(
+                    "every principal: no ACL lets anyone write it, and the brokers do not show "
+                    "allow.everyone.if.no.acl.found=false; set pidquota.actuator.principal=User:NAME (pidquota's "
+                    "own) and pidquota gives it ACLs for that principal alone"
+                )
         return others
+
+    def _guard(self, controls, own: str) -> None:
+        """ACLs for pidquota's principal alone on a state topic that has none (as at creation)."""
+        try:
+            for binding in topic_bindings(own, self.topic):
+                controls.write(binding, True)
+        except ControlError as exc:  # no ALTER on the cluster: the check says who may write
+            log.warning("pidquota: the plug-in's state topic %r got no ACLs: %s", self.topic, exc)
+            return
+        log.info(
+            "pidquota: the plug-in's state topic %r had no ACL: now written by %s alone", self.topic, own
+        )
 
     def read(self, principal: str, client_id: str | None = None) -> bool:
         """Whether the principal's throttle (or its client id's) is in the topic now (its newest
@@ -308,7 +333,7 @@ class StatusWatch:
             if verdict.obeys is None or self._said.get(verdict.broker) == verdict.obeys:
                 continue
             if verdict.obeys:
-                log.info("actuator: %s", said(verdict))
+                brokers_log.info("actuator: %s", said(verdict))
             else:
-                log.warning("actuator: %s", said(verdict))
+                brokers_log.warning("actuator: %s", said(verdict))
             self._said[verdict.broker] = verdict.obeys

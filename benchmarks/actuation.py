@@ -202,6 +202,8 @@ def main() -> None:
                 "--set", f"pidquota.actuator.bootstrap={cluster.bootstrap}",
                 "--set", f"pidquota.actuator.hold.ms={int(args.hold * 1000)}",
                 "--set", f"pidquota.actuator.mechanism={args.mechanism}",
+                # the PLAINTEXT listener's principal, a super user: the plug-in's state topic is guarded for it
+                "--set", "pidquota.actuator.principal=User:ANONYMOUS",
             ]  # fmt: skip
             log = open(tmp / "run.log", "w")  # noqa: SIM115
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -156,6 +156,8 @@ class Loop:
                 "pidquota.actuator.escalation.settle.ms": str(int(settle_s * 1000)),
                 "pidquota.actuator.escalation.deny.writes": str(deny).lower(),
                 "producer.id.quota.window.size.seconds": "60",
+                # the PLAINTEXT listener's principal, a super user: the plug-in's state topic is guarded for it
+                "pidquota.actuator.principal": "User:ANONYMOUS",
             },
         )
         self.act = BatchActuator(config, cluster_options(config, cluster.bootstrap))

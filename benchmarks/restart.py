@@ -61,6 +61,7 @@ def _start(cluster: Cluster, out: Path, quotas: Path, hand_over: bool, log) -> s
         "--set", "pidquota.trigger.interval.ms=1000", "--set", "pidquota.actuator=on",
         "--set", f"pidquota.actuator.bootstrap={cluster.bootstrap}",
         "--set", "pidquota.actuator.mechanism=broker-plugin",
+        "--set", "pidquota.actuator.principal=User:ANONYMOUS",  # PLAINTEXT's, a super user: the state topic's guard
         "--set", "pidquota.actuator.plugin.narrow=false",
         "--set", f"pidquota.actuator.plugin.hand.over={'true' if hand_over else 'false'}",
     ]  # fmt: skip
@@ -106,7 +107,17 @@ def one(cluster: Cluster, tmp: Path, hand_over: bool, settle_s: float) -> tuple[
         log.close()
     granted = sum(1 for t, e in _inits(request_log) if stopped <= t <= ended and e == 0)
     lift = subprocess.run(
-        [sys.executable, "-m", "pidquota", "actuator", "lift", "--bootstrap", cluster.bootstrap],
+        [
+            sys.executable,
+            "-m",
+            "pidquota",
+            "actuator",
+            "lift",
+            "--bootstrap",
+            cluster.bootstrap,
+            "--set",
+            "pidquota.actuator.principal=User:ANONYMOUS",
+        ],  # fmt: skip
         capture_output=True,
         text=True,
     )

@@ -50,7 +50,12 @@ def run(args: argparse.Namespace) -> int:
         open_ = _plugin(act, held)
         _status(held, options["kafka.bootstrap.servers"], config["pidquota.actuator.journal.topic"], open_)
         if held:
-            print(holder(act.actuator.journal.owner()))
+            plugin_only = all(isinstance(e.control, ThrottleKey | ClientThrottleKey) for e, _ in held)
+            print(
+                holder(
+                    act.actuator.journal.owner(), plugin_only and config["pidquota.actuator.plugin.hand.over"]
+                )
+            )
         return 0
     finally:
         act.close()
@@ -131,10 +136,12 @@ def _plugin(act, held: list) -> str:
 UNTIL = "nothing undoes them until a run starts on this journal, or `pidquota actuator lift`"
 
 
-def holder(owner: dict | None) -> str:
+def holder(owner: dict | None, handed: bool = False) -> str:
     """Who undoes what the journal holds: the run that claimed it last, if it is still going
     (on this host, its process is looked up; elsewhere it cannot be), else nobody until a run
-    starts or a lift."""
+    starts or a lift. ``handed``: plug-in throttles alone, which a run hands to the next one
+    when it ends (``pidquota.actuator.plugin.hand.over``)."""
+    ends = "hands them to the next run when it ends" if handed else "all of them when it ends"
     if not owner or not isinstance(owner.get("pid"), int):
         return f"pidquota: the run that set them is not known; if none is going, {UNTIL}"
     pid, host = owner["pid"], str(owner.get("host") or "?")
@@ -144,12 +151,12 @@ def holder(owner: dict | None) -> str:
     if host != socket.gethostname():
         return (
             f"pidquota: held by the run of pid {pid} on {host} (since {since}): it undoes each control when "
-            f"its time is up, and all of them when it ends; if it is not running there, {UNTIL}"
+            f"its time is up, and {ends}; if it is not running there, {UNTIL}"
         )
     if _running(pid):
         return (
             f"pidquota: held by the run of pid {pid} on this host (since {since}): it undoes each control "
-            "when its time is up, and all of them when it ends"
+            f"when its time is up, and {ends}"
         )
     return f"pidquota: the run that set them (pid {pid} on this host, since {since}) is not running: {UNTIL}"
 

@@ -135,10 +135,14 @@ def actuator_shown(config, act) -> str:
     if act.dry_run and act.actuator.peek is None:
         how = "DRY RUN (no cluster given, so no operator's value is read; pidquota.actuator.bootstrap names one): "
     where = "" if act.dry_run else f" on {act.options['kafka.bootstrap.servers']}"
+    end = "lifted when the run ends"
+    if getattr(act, "hand_over", False) and mechanism.startswith("broker-plugin") and not act.dry_run:
+        bound = config["pidquota.actuator.plugin.heartbeat.ms"] / 1000
+        end = f"handed to the next run when this one ends (obeyed {bound:g} s more without one)"
     return (
         f"pidquota: actuator {how}{mechanism}{where}{why} for throttled users, held {hold:g} s past their "
-        f"throttle, at most {config['pidquota.actuator.max.principals']} at once, and lifted when the "
-        "run ends; actions in OUTPUT/actions/" + (f". {act.loop_said()}" if act.loop_said() else "")
+        f"throttle, at most {config['pidquota.actuator.max.principals']} at once, and {end}; actions in "
+        "OUTPUT/actions/" + (f". {act.loop_said()}" if act.loop_said() else "")
     )
 
 

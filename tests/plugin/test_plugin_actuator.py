@@ -292,3 +292,55 @@ def test_each_broker_says_whether_it_obeys_within_seconds_of_acting(broker, tmp_
         act.stop()
         act.close()
         deaf.cluster.stop()
+
+
+def test_an_unguarded_state_topic_is_guarded_for_pidquotas_principal_or_refused(broker):
+    """Issue 53, tried as a new user: pidquota on the PLAINTEXT listener (its principal not
+    known) made the state topic without ACLs, where the broker lets everyone in, and the
+    throttled user itself could write `switch=off` to it. Now such a start is refused in one
+    line; with pidquota.actuator.principal it gets ACLs for that principal alone at start, an
+    existing topic too, and the throttled user can no longer write it."""
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError as ClientError
+
+    from pidquota.actuate.runner import BatchActuator
+    from pidquota.conf.errors import ConfigError
+    from pidquota.conf.loader import load
+
+    def actuator(**more):
+        overrides = {
+            "pidquota.actuator": "on",
+            "pidquota.actuator.mechanism": "broker-plugin",
+            "pidquota.actuator.journal.topic": "journal-open",
+            "pidquota.actuator.plugin.topic": "open-state",
+            "pidquota.actuator.plugin.status.topic": "open-status",
+            **more,
+        }
+        return BatchActuator(
+            load(overrides=overrides, environ={}), {"kafka.bootstrap.servers": broker.bootstrap}
+        )
+
+    act = actuator()
+    with pytest.raises(
+        ConfigError, match=r"no ACL lets anyone write it.*set pidquota.actuator.principal=User:NAME"
+    ):
+        act.start()
+    act.close()
+    act = actuator(**{"pidquota.actuator.principal": "User:ANONYMOUS"})  # the listener's principal
+    try:
+        act.start()  # the existing topic, no ACL: guarded now
+        o = broker.sasl("crash-loop")
+        producer = KafkaProducer(
+            bootstrap_servers=o["kafka.bootstrap.servers"],
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="PLAIN",
+            sasl_plain_username="crash-loop",
+            sasl_plain_password=o["kafka.sasl.password"],
+            max_block_ms=5000,
+        )
+        with pytest.raises(ClientError):
+            producer.send("open-state", key=b"switch", value=b"off").get(timeout=10)
+        producer.close(timeout=2)
+    finally:
+        act.stop()
+        act.close()
