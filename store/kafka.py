@@ -200,7 +200,10 @@ def _connected(kind, options: dict, defaults: dict, extra: dict):
                 f"{options.get('kafka.sasl.username')!r} ({why}); check "
                 "pidquota.kafka.sasl.username and PIDQUOTA_KAFKA_SASL_PASSWORD"
             ) from None
-        if refused.closed and str(options.get("kafka.security.protocol") or "PLAINTEXT").upper() == "PLAINTEXT":
+        if (
+            refused.closed
+            and str(options.get("kafka.security.protocol") or "PLAINTEXT").upper() == "PLAINTEXT"
+        ):
             raise KafkaError(
                 f"cannot connect to Kafka at {options['kafka.bootstrap.servers']}: the broker closed each "
                 "connection pidquota opened without authentication: a listener that wants SASL or TLS? Give "

@@ -33,7 +33,11 @@ def test_a_sasl_listener_reached_without_its_settings_says_which_settings(kafka)
     """Issue 53: `pidquota actuator status --bootstrap HOST:SASLPORT` said "no broker answered...
     is it up" when it needed the SASL settings."""
     with pytest.raises(KafkaError) as failed:  # as the CLI gives it: the setting's default, PLAINTEXT
-        check_topic({"kafka.bootstrap.servers": kafka.sasl_bootstrap, "kafka.security.protocol": "PLAINTEXT"}, "anything", 5_000)
+        check_topic(
+            {"kafka.bootstrap.servers": kafka.sasl_bootstrap, "kafka.security.protocol": "PLAINTEXT"},
+            "anything",
+            5_000,
+        )
     message = str(failed.value)
     assert "closed each connection pidquota opened without authentication" in message, message
     assert "pidquota.kafka.security.protocol" in message and "\n" not in message
