@@ -288,9 +288,12 @@ def test_the_switch_as_a_person_types_it_and_a_heartbeat_dated_ahead_fail_open(b
 
 
 def _wait_deleted(broker, topic: str) -> None:
+    from kafka.errors import UnknownTopicOrPartitionError
+
     admin = broker.admin()
     try:
-        admin.delete_topics([topic])
+        with contextlib.suppress(UnknownTopicOrPartitionError):  # a test run alone: none yet
+            admin.delete_topics([topic])
         _until(lambda: topic not in admin.list_topics(), timeout_s=30)
     finally:
         admin.close()
@@ -325,9 +328,10 @@ def test_a_state_topic_of_more_partitions_refuses_nothing_and_one_made_anew_forg
 
 
 def test_a_state_topic_of_crafted_keys_stays_within_the_bound_and_refuses_no_one(broker):
-    """Issue 53: every distinct key stayed in memory until a tombstone. 10^5 crafted keys: the
-    long-ended ones are dropped, the rest fill the bound (ThrottleState.MAX_ENTRIES), and over it
-    the plug-in refuses no one and says so; a topic made anew obeys again."""
+    """Issue 53: every distinct key stayed in memory until a tombstone. Crafted keys: the
+    long-ended ones are dropped, the rest fill the bound (ThrottleState.MAX_ENTRIES) and go past
+    it, and over it the plug-in refuses no one and says so; a topic made anew obeys again.
+    (benchmarks/plugin_memory.py writes 10^5 and reads the broker's heap.)"""
     import re
 
     from harness.kafka import create
@@ -343,9 +347,9 @@ def test_a_state_topic_of_crafted_keys_stays_within_the_bound_and_refuses_no_one
     _until(lambda: _new_pid(broker, "crash-loop") == "refused")
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=50, batch_size=1 << 20)
     pad = "x" * 2000
-    for i in range(50_000):  # long ended: dropped on arrival
+    for i in range(10_000):  # long ended: dropped on arrival
         producer.send(TOPIC, key=f"c:4:loopUser:{pad}{i}".encode(), value=b"1000")
-    for i in range(50_000):  # open-ended: the set fills to its bound, then refuses nothing
+    for i in range(bound + 2_000):  # open-ended: the set fills to its bound, then refuses nothing
         producer.send(TOPIC, key=f"t:User:u{i}".encode(), value=str(1 << 53).encode())
     producer.flush(60)
     producer.close(5)
