@@ -276,6 +276,14 @@ class Journal:
             return None
         return found if isinstance(found, dict) else None
 
+    def still_mine(self) -> bool:
+        """Whether the journal's last owner record is this run's (no lift or other run took it
+        over since); True when that cannot be read (the caller goes on as the owner)."""
+        try:
+            return (self.owner() or {}).get("run") == self._run
+        except JournalError:
+            return True
+
     @property
     def _wait_s(self) -> float:
         return 2 * self.timeout_ms / 1000

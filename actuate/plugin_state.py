@@ -115,8 +115,7 @@ class PluginState:
             ):
                 others.append(
                     "every principal: no ACL lets anyone write it, and the brokers do not show "
-                    "allow.everyone.if.no.acl.found=false; set pidquota.actuator.principal=User:NAME (pidquota's "
-                    "own) and pidquota gives it ACLs for that principal alone"
+                    "allow.everyone.if.no.acl.found=false"
                 )
         return others
 

@@ -177,6 +177,7 @@ class BatchActuator:
         self._busy_since: float | None = None  # when the batch in progress began (monotonic s)
         self.hand_over = config["pidquota.actuator.plugin.hand.over"]
         self.handed: tuple[int, int] | None = None  # at the end: (controls handed over, their last beat's ms)
+        self.taken_over = False  # at the end: a lift or another run had claimed the journal
         mechanism = mechanism_of(config, self.mechanism)
         self.actuator = Actuator(mechanism, rails_of(config), controls, journal, clock, peek=looking)
         self.by_address = self.mechanism == CONNECTIONS
@@ -289,11 +290,16 @@ class BatchActuator:
                 said,
             )
             return
+        fix = (
+            "remove those ACLs (kafka-acls.sh --remove)"
+            if own
+            else "set pidquota.actuator.principal=User:NAME, pidquota's own (User:ANONYMOUS on a PLAINTEXT "
+            "listener), and pidquota gives the topic ACLs for it alone"
+        )
         raise ConfigError(
             f"the plug-in's state topic {state.topic!r} may be written by others than pidquota "
-            f"({own or 'whose principal is not known: set pidquota.actuator.principal'}): {said}. Whoever "
-            "writes it decides whom every broker refuses: remove those ACLs (kafka-acls.sh --remove), or "
-            "set pidquota.actuator.plugin.others.may.write=true to act through it anyway"
+            f"({own or 'whose principal is not known'}): {said}. Whoever writes it decides whom every broker "
+            f"refuses: {fix}; or set pidquota.actuator.plugin.others.may.write=true to act through it anyway"
         )
 
     def _deny_allowed(self) -> bool:
@@ -473,6 +479,9 @@ class BatchActuator:
         if not all(isinstance(c, ThrottleKey | ClientThrottleKey) for c in self.actuator.entries):
             return False  # another mechanism's controls, kept from an earlier run: lifted as ever
         state.stop_heartbeat()
+        if not self.actuator.journal.still_mine():  # a lift (or another run) took them over: theirs
+            self.handed, self.taken_over = None, True
+            return True
         last = state.last_beat_ms if state.last_beat_ms is not None else int(self.clock() * 1000)
         self.handed = (held, last)
         return True
@@ -482,7 +491,9 @@ class BatchActuator:
         (said when a run stops without lifting: a second signal, a lift that failed, or plug-in
         throttles handed over to the next run)."""
         held = 0 if self.dry_run else len(self.actuator.entries)
-        if not held or self.actuator.fenced is not None:  # fenced: the journal's new owner holds them
+        if (
+            not held or self.actuator.fenced is not None or self.taken_over
+        ):  # the journal's new owner holds them
             return ""
         where = self.options["kafka.bootstrap.servers"]
         if self.handed is not None:

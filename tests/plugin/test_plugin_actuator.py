@@ -244,12 +244,16 @@ def test_a_normal_stop_hands_the_throttles_to_the_next_run_and_the_bound_ends_th
     assert (
         "plug-in throttle for User:crash-loop = present" in shown and "NOT obeyed: the heartbeat is" in shown
     )
+    third = _plugin_actuator(broker, "journal-handover", **handing)
+    third.start()  # still within its hold: kept
     lift = _plugin_actuator(broker, "journal-handover")
-    try:
+    try:  # `pidquota actuator lift` while the run goes on: the journal is lift's from then on
         lift.actuator.journal.claim("lift")
         assert [r.action for r in lift.actuator.lift_journal()] == ["undo"]
     finally:
         lift.close()
+    assert third.stop() == [] and third.left_behind() == ""  # nothing of its own to hand over
+    third.close()
 
 
 def test_each_broker_says_whether_it_obeys_within_seconds_of_acting(broker, tmp_path, caplog):
