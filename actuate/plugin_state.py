@@ -208,9 +208,7 @@ class PluginState:
             ) from None
         out: dict[int, Report] = {}
         for r in records:
-            report = Report.parse(r.key, r.value)
-            if report is not None:
-                out[report.broker] = report
+            keep_newest(out, Report.parse(r.key, r.value))
         return out
 
     def watch_brokers(self) -> StatusWatch:
@@ -247,6 +245,13 @@ class PluginState:
             with contextlib.suppress(Exception):
                 self._producer.close(timeout=5)
             self._producer = None
+
+
+def keep_newest(reports: dict[int, Report], report: Report | None) -> None:
+    """``report`` in ``reports`` unless it is none, or older than the one held for its broker."""
+    held = reports.get(report.broker) if report is not None else None
+    if report is not None and (held is None or report.at_ms >= held.at_ms):
+        reports[report.broker] = report
 
 
 class StatusWatch:
@@ -322,10 +327,7 @@ class StatusWatch:
         topic's start, before compaction) does not replace it."""
         with self._lock:
             for r in records:
-                report = Report.parse(r.key, r.value)
-                held = self.reports.get(report.broker) if report is not None else None
-                if report is not None and (held is None or report.at_ms >= held.at_ms):
-                    self.reports[report.broker] = report
+                keep_newest(self.reports, Report.parse(r.key, r.value))
 
     def _judge(self) -> None:
         for verdict in self.verdicts():

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # scripts.*
 sys.path.insert(0, str(ROOT / "tests"))  # harness.plugin
 
+from benchmarks.actuation import crash_loop  # noqa: E402
 from scripts.kafka_broker import Cluster  # noqa: E402
 
 STATS = "io.pidquota:type=PidQuotaAuthorizer,broker=1"
@@ -58,28 +59,6 @@ def _send(cluster: Cluster, records) -> int:
     producer.flush(120)
     producer.close(10)
     return n
-
-
-def _granted(cluster: Cluster, user: str) -> bool:
-    from kafka import KafkaProducer
-
-    p = KafkaProducer(
-        bootstrap_servers=cluster.sasl_bootstrap,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="PLAIN",
-        sasl_plain_username=user,
-        sasl_plain_password=cluster.users[user],
-        enable_idempotence=True,
-        max_block_ms=8000,
-        request_timeout_ms=8000,
-    )
-    try:
-        p.send("orders", b"x").get(timeout=10)
-        return True
-    except Exception:  # kafka-python raises the init's error from the send
-        return False
-    finally:
-        p.close(timeout=2)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"the plug-in: Entries {entries:,}, FailOpen {fail_open}; documented bound: 10,000 entries, ~6 MiB"
             )
             print(
-                f"a throttled user's new producer granted while over the bound: {_granted(cluster, 'crash-loop')}"
+                f"a throttled user's new producer granted while over the bound: {crash_loop(cluster, 'crash-loop', 0.1) > 0}"
             )
         finally:
             cluster.stop()

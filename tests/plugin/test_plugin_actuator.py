@@ -9,7 +9,7 @@ import time
 
 import pytest
 from harness.plugin import plugin_jar
-from test_plugin_broker import _new_pid, _until
+from test_plugin_broker import _new_pid, _producer, _until
 
 from pidquota.actuate.actuator import Actuator
 from pidquota.actuate.controls import Controls, ThrottleKey
@@ -304,7 +304,6 @@ def test_an_unguarded_state_topic_is_guarded_for_pidquotas_principal_or_refused(
     throttled user itself could write `switch=off` to it. Now such a start is refused in one
     line; with pidquota.actuator.principal it gets ACLs for that principal alone at start, an
     existing topic too, and the throttled user can no longer write it."""
-    from kafka import KafkaProducer
     from kafka.errors import KafkaError as ClientError
 
     from pidquota.actuate.runner import BatchActuator
@@ -333,16 +332,8 @@ def test_an_unguarded_state_topic_is_guarded_for_pidquotas_principal_or_refused(
     act = actuator(**{"pidquota.actuator.principal": "User:ANONYMOUS"})  # the listener's principal
     try:
         act.start()  # the existing topic, no ACL: guarded now
-        o = broker.sasl("crash-loop")
-        producer = KafkaProducer(
-            bootstrap_servers=o["kafka.bootstrap.servers"],
-            security_protocol="SASL_PLAINTEXT",
-            sasl_mechanism="PLAIN",
-            sasl_plain_username="crash-loop",
-            sasl_plain_password=o["kafka.sasl.password"],
-            max_block_ms=5000,
-        )
-        with pytest.raises(ClientError):
+        producer = _producer(broker, "crash-loop")
+        with pytest.raises(ClientError, match="TopicAuthorization"):  # its topic ACL, not a refused init
             producer.send("open-state", key=b"switch", value=b"off").get(timeout=10)
         producer.close(timeout=2)
     finally:
