@@ -455,7 +455,7 @@ def ensure_compacted(options: dict, topic: str, timeout_ms: int, guard: list[Acl
             _check_one_partition(admin, topic, what)
             _check_compacted(admin, topic, what)
         else:
-            _guard(options, topic, timeout_ms, guard, what)
+            guard_new_topic(options, topic, timeout_ms, guard, what)
     except PidquotaError:
         raise
     except Exception as exc:  # kafka-python raises several kinds here
@@ -468,7 +468,9 @@ def ensure_compacted(options: dict, topic: str, timeout_ms: int, guard: list[Acl
         admin.close()
 
 
-def _guard(options: dict, topic: str, timeout_ms: int, bindings: list[AclBinding], what: str) -> None:
+def guard_new_topic(
+    options: dict, topic: str, timeout_ms: int, bindings: list[AclBinding], what: str
+) -> None:
     """At the topic's creation: ACLs for pidquota's principal alone (docs/enforcing.md), or a
     warning that any principal the cluster lets write it may."""
     if not bindings:

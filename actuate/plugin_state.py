@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 
 from pidquota.actuate.controls import ControlError
-from pidquota.actuate.journal import ensure_compacted, topic_bindings
+from pidquota.actuate.journal import ensure_compacted, guard_new_topic, topic_bindings
 from pidquota.actuate.mechanisms import utf16_length
 from pidquota.actuate.obedience import Report, Verdict, said, verdicts
 from pidquota.conf.errors import PidquotaError
@@ -245,6 +245,41 @@ class PluginState:
             with contextlib.suppress(Exception):
                 self._producer.close(timeout=5)
             self._producer = None
+
+
+INITS_TOPIC = "pidquota-plugin-inits"  # the plug-in's own default (pidquota.plugin.inits.topic)
+
+
+def ensure_inits_topic(options: dict, topic: str, timeout_ms: int, principal: str) -> bool:
+    """Make the plug-in's inits topic unless it exists (True: made), where every broker's plug-in
+    publishes the InitProducerIds it answers and pidquota reads them (``--input-format
+    plugin-inits``). Not compacted (each record is one init), a partition per broker and at least
+    3, replicated up to 3, kept Kafka's default week. At its creation, ACLs for pidquota's
+    ``principal`` to read it; none to write it: the brokers write as super users, and anyone
+    else who may could have pidquota throttle any user. The plug-ins see it within 5 s."""
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = kafka_store.admin(options, request_timeout_ms=timeout_ms)
+    try:
+        if topic in admin.list_topics():
+            return False
+        brokers = len(admin.describe_cluster().get("brokers", [])) or 1
+        made = NewTopic(topic, max(3, brokers), min(3, brokers), topic_configs={"cleanup.policy": "delete"})
+        try:
+            admin.create_topics([made])
+        except TopicAlreadyExistsError:
+            return False
+    except Exception as exc:  # kafka-python raises several kinds here
+        raise ControlError(
+            f"cannot create the plug-in's inits topic {topic!r}: {type(exc).__name__}: {exc}; pidquota's "
+            "principal needs CREATE on the cluster (or create it yourself, any number of partitions)"
+        ) from None
+    finally:
+        admin.close()
+    readers = [b for b in topic_bindings(principal, topic) if b.operation in ("DESCRIBE", "READ")]
+    guard_new_topic(options, topic, timeout_ms, readers if principal else [], "the plug-in's inits topic")
+    return True
 
 
 def keep_newest(reports: dict[int, Report], report: Report | None) -> None:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from pidquota.cli.checkpoints import Source
@@ -105,6 +106,25 @@ def check_kafka(url, config) -> None:
         raise ConfigError(f"pidquota.kafka.starting.offsets (--starting-offsets): {exc}") from None
     options = {"kafka.bootstrap.servers": url.bootstrap, **security_options(config)}
     check_topic(options, url.topic, config["pidquota.kafka.connect.timeout.ms"])
+
+
+def make_plugin_topic(url, config) -> None:
+    """The plug-in's inits topic is pidquota's (``formats/plugin_inits.py``): a run that reads it
+    makes it when it is missing, and says so; the brokers' plug-ins publish only to a topic
+    that exists."""
+    if config["pidquota.input.format"] != "plugin-inits" or any(c in url.topic for c in ",*"):
+        return
+    from pidquota.actuate.plugin_state import ensure_inits_topic
+    from pidquota.store.kafka import security_options
+
+    options = {"kafka.bootstrap.servers": url.bootstrap, **security_options(config)}
+    timeout = config["pidquota.kafka.connect.timeout.ms"]
+    if ensure_inits_topic(options, url.topic, timeout, config["pidquota.actuator.principal"]):
+        print(
+            f"pidquota: made the plug-in's inits topic {url.topic!r} on {url.bootstrap}; every broker's "
+            "plug-in publishes the InitProducerIds it answers there within 5 s",
+            file=sys.stderr,
+        )
 
 
 # the source a checkpoint belongs to ------------------------------------------------------------

@@ -197,6 +197,7 @@ def _start_up_checks(
         config
     )  # the format's own settings (the audit's owners, Redis): one line now
     if reads.kind == "kafka":
+        preflight.make_plugin_topic(KafkaUrl.parse(args.input), config)
         preflight.check_kafka(KafkaUrl.parse(args.input), config)
     preflight.check_local_checkpoint(checkpoint, reads.kind == "file")
     if args.fresh:

@@ -54,8 +54,16 @@ class Entry:
 DEFAULT = "events"
 # The order is the sniffer's: the first format whose ``recognise`` claims a line has it, so a
 # format that recognises loosely (csv: any line of 3 to 5 fields with integers second and
-# third) comes after the ones it could take lines from.
+# third) comes after the ones it could take lines from; and the plug-in's records, JSON objects
+# with a principal, before the events, which claim any such object.
 FORMATS: tuple[Entry, ...] = (
+    Entry(
+        "plugin-inits",
+        "plugin_inits",
+        "plug-in init records",
+        "what pidquota's broker plug-in publishes: one record per InitProducerId a broker answered; no request log",
+        clients=("client_id", "transactional_id", "client_address", "client_software", "broker"),
+    ),
     Entry(
         "events",
         "events",

@@ -57,7 +57,7 @@ def test_the_registry_names_the_choices_of_the_setting_and_the_flag():
     for name in registry.names():
         assert load(None, {"pidquota.input.format": name})["pidquota.input.format"] == name
     with pytest.raises(
-        ConfigError, match="= 'parquet' .* is not a format pidquota reads; give one of events"
+        ConfigError, match="= 'parquet' .* is not a format pidquota reads; give one of plugin-inits, events"
     ):
         load(None, {"pidquota.input.format": "parquet"})
     assert (
@@ -71,7 +71,8 @@ def test_the_registry_names_the_choices_of_the_setting_and_the_flag():
 
 def test_an_unknown_format_names_the_choices():
     with pytest.raises(
-        ConfigError, match="'parquet' is not a format pidquota reads; give one of events, kafka-request-log"
+        ConfigError,
+        match="'parquet' is not a format pidquota reads; give one of plugin-inits, events, kafka-request-log",
     ):
         formats.get("parquet")
 

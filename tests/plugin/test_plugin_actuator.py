@@ -339,3 +339,77 @@ def test_an_unguarded_state_topic_is_guarded_for_pidquotas_principal_or_refused(
     finally:
         act.stop()
         act.close()
+
+
+def _request_logger(broker, level: str) -> None:
+    """The broker's ``kafka.request.logger`` level, set live (KIP-412), as an operator would."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    admin = broker.admin()
+    try:
+        admin.alter_configs(
+            [ConfigResource(ConfigResourceType.BROKER_LOGGER, "1", configs={"kafka.request.logger": level})],
+            raise_on_unknown=False,
+            incremental=True,
+        )
+    finally:
+        admin.close()
+
+
+def test_the_loop_closes_through_kafka_with_the_request_log_off(broker, tmp_path):
+    """Issue 54: the brokers' plug-ins publish the InitProducerIds they answer, `pidquota run`
+    reads them (--input-format plugin-inits) and throttles through the plug-in: the crash loop's
+    new PIDs are refused, another user's granted, with the request log at WARN all along; the
+    run's end undoes it exactly."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from pidquota.streaming.outputs.reader import read_output
+
+    _request_logger(broker, "WARN")
+    logged = len(broker.request_log_lines())
+    quotas = tmp_path / "quotas.json"
+    quotas.write_text(
+        json.dumps(
+            {"users": {"User:per-error": {"producer_ids_rate": 5}, "<default>": {"producer_ids_rate": 1000}}}
+        )
+    )
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable, "-m", "pidquota", "run", "--output", str(out), "--quotas", str(quotas),
+        "--input", f"kafka://{broker.sasl_bootstrap}/pidquota-plugin-inits", "--input-format", "plugin-inits",
+        *(x for k, v in broker.sasl("pidquota").items() if k != "kafka.bootstrap.servers"
+          for x in ("--set", f"pidquota.{k}={v}")),
+        "--set", "producer.id.quota.window.size.seconds=60",
+        "--set", "pidquota.actuator=on", "--set", "pidquota.actuator.mechanism=broker-plugin",
+        "--set", "pidquota.actuator.journal.topic=journal-loop",
+        "--set", "pidquota.actuator.plugin.hand.over=false",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, text=True
+    )
+    try:
+        granted, deadline = 0, time.monotonic() + 240
+        while (answer := _new_pid(broker, "per-error", "loop")) == "granted":
+            granted += 1
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "never refused"
+            time.sleep(0.2)
+        assert answer == "refused" and granted >= 5, (answer, granted)
+        assert [_new_pid(broker, "per-error", "loop") for _ in range(5)] == ["refused"] * 5
+        assert _new_pid(broker, "carol", "steady") == "granted"
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode in (0, 130), stderr[-3000:]
+    assert "made the plug-in's inits topic 'pidquota-plugin-inits'" in stderr, stderr[-3000:]
+    decisions = read_output(out, "decisions")
+    loop = decisions[decisions["principal"] == "User:per-error"]
+    assert set(loop["verdict"]) == {"ADMIT", "THROTTLE"} and (loop["verdict"] == "ADMIT").sum() == 5
+    assert read_output(out, "dead-letters").empty
+    _until(lambda: _new_pid(broker, "per-error", "loop") == "granted", timeout_s=30)  # the run's end undid it
+    assert len(broker.request_log_lines()) == logged  # no request log line all along
+    _request_logger(broker, "DEBUG")

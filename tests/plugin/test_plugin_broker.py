@@ -136,6 +136,97 @@ def test_a_stale_heartbeat_and_the_switch_fail_open(broker):
     assert _new_pid(broker, "crash-loop") == "granted"
 
 
+INITS = "pidquota-plugin-inits"
+
+
+def _inits_after(broker, ends: dict, want: int, timeout_s: float = 15) -> list[dict]:
+    """The inits topic's records after ``ends`` (partition -> offset), once ``want`` are there."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
+    parts = [TopicPartition(INITS, p) for p in ends]
+    consumer.assign(parts)
+    for tp in parts:
+        consumer.seek(tp, ends[tp.partition])
+    got, deadline = [], time.monotonic() + timeout_s
+    while len(got) < want and time.monotonic() < deadline:
+        for records in consumer.poll(500).values():
+            got += [(r.key, r.value) for r in records]
+    time.sleep(1)  # none more than asked for
+    for records in consumer.poll(500).values():
+        got += [(r.key, r.value) for r in records]
+    consumer.close()
+    return got
+
+
+def _ends(broker) -> dict:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap)
+    parts = [TopicPartition(INITS, p) for p in consumer.partitions_for_topic(INITS)]
+    ends = {tp.partition: o for tp, o in consumer.end_offsets(parts).items()}
+    consumer.close()
+    return ends
+
+
+def test_each_init_is_published_once_with_who_asked_and_the_answer(broker):
+    """Issue 54: the plug-in publishes each InitProducerId it answers to pidquota's inits topic,
+    once per request (an idempotent producer refused is asked twice), in the shape
+    formats/plugin_inits.py reads."""
+    import json
+
+    from harness.kafka import create
+    from kafka import KafkaProducer
+
+    from pidquota.actuate.plugin_state import ensure_inits_topic
+    from pidquota.formats.plugin_inits import parse
+
+    with contextlib.suppress(Exception):  # made by the first test, unless this one runs alone
+        create(broker, "orders")
+    ensure_inits_topic({"kafka.bootstrap.servers": broker.bootstrap}, INITS, 15_000, "")
+    before = _ends(broker)  # the plug-in sees the topic at its next check, within 5 s
+    _until(lambda: _new_pid(broker, "carol", "probe") == "granted" and _stats(broker, "InitsPublished") > 0)
+    now = int(time.time() * 1000)
+    _state(broker, [("h", f"{now} 60000"), ("t:User:bob", str(now + 120_000))])
+    _until(lambda: _new_pid(broker, "bob", "probe") == "refused")
+    ends = _ends(broker)
+    assert sum(ends.values()) > sum(before.values())
+    assert _new_pid(broker, "alice", "app-1") == "granted"
+    assert _new_pid(broker, "alice", "app-1") == "granted"
+    assert _new_pid(broker, "bob", "app-2") == "refused"
+    o = broker.sasl("alice")
+    txn = KafkaProducer(
+        bootstrap_servers=o["kafka.bootstrap.servers"],
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username="alice",
+        sasl_plain_password=o["kafka.sasl.password"],
+        transactional_id="tx-1",
+        client_id="app-3",
+    )
+    txn.init_transactions()
+    txn.close(timeout=2)
+    got = _inits_after(broker, ends, 4)
+    records = [json.loads(v) for _, v in got]
+    assert [k.decode() for k, _ in got] == [r["principal"] for r in records]  # keyed by principal
+    seen = sorted((r["principal"], r["client_id"], r["transactional_id"], r["outcome"]) for r in records)
+    assert seen == [
+        ("User:alice", "app-1", None, "granted"),
+        ("User:alice", "app-1", None, "granted"),
+        ("User:alice", "app-3", "tx-1", "granted"),
+        ("User:bob", "app-2", None, "refused"),  # asked twice, published once
+    ]
+    for r in records:
+        assert r["broker"] == 1 and r["client_address"] == "127.0.0.1" and r["listener"] == "SASL_PLAINTEXT"
+        assert r["software"] and r["software"].startswith("kafka-python")
+        assert abs(r["at_ms"] - now) < 120_000
+    assert len({(r["run"], r["seq"]) for r in records}) == 4
+    outcomes = [parse(v, 256) for _, v in got]
+    assert sorted(o for o, _ in outcomes) == ["granted", "granted", "granted", "refused"]
+    assert _stats(broker, "InitsDropped") == 0 and _stats(broker, "InitsFailed") == 0
+    _state(broker, [("t:User:bob", None)])
+
+
 def _librdkafka(broker, user: str) -> str:
     """What a new librdkafka idempotent producer of ``user`` meets at its first delivery: 'granted',
     or 'fatal NAME' (its fatal error), or the delivery error's name."""

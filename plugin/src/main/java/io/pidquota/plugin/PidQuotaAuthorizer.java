@@ -56,6 +56,9 @@ import org.slf4j.LoggerFactory;
  * pidquota.plugin.consumer.security.protocol=...
  * # where it reports whether it obeys (the default)
  * pidquota.plugin.status.topic=pidquota-plugin-status
+ * # where it publishes each InitProducerId it answers, pidquota's input (the default; false: none)
+ * pidquota.plugin.inits.topic=pidquota-plugin-inits
+ * pidquota.plugin.inits.enable=true
  * </pre>
  * Worked example: pidquota writes {@code t:User:crash = now + 60 s} and heartbeats every batch;
  * within a second every broker answers User:crash's InitProducerId with error 31, while
@@ -69,6 +72,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     static final String PREFIX = "pidquota.plugin.";
     static final String DEFAULT_TOPIC = "pidquota-throttle-state";
     static final String DEFAULT_STATUS_TOPIC = "pidquota-plugin-status";
+    static final String DEFAULT_INITS_TOPIC = "pidquota-plugin-inits";
 
     private final ThrottleState state = new ThrottleState();
     private final AtomicLong refused = new AtomicLong();
@@ -79,6 +83,11 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     private final AtomicReference<String> openSaid = new AtomicReference<>("");
     private StateReader reader;
     private StatusReporter reporter;
+    private InitsPublisher inits;
+    /** The request this thread published at its first question (see {@link #sense}). */
+    private final ThreadLocal<AuthorizableRequestContext> said = new ThreadLocal<>();
+    private String initsTopic = DEFAULT_INITS_TOPIC;
+    private boolean initsOn = true;
     private String statusTopic = DEFAULT_STATUS_TOPIC;
     private ObjectName mbean;
     private String topic = DEFAULT_TOPIC;
@@ -103,6 +112,14 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         Object st = configs.get(PREFIX + "status.topic");
         if (st != null && !st.toString().trim().isEmpty()) {
             statusTopic = st.toString().trim();
+        }
+        Object it = configs.get(PREFIX + "inits.topic");
+        if (it != null && !it.toString().trim().isEmpty()) {
+            initsTopic = it.toString().trim();
+        }
+        Object on = configs.get(PREFIX + "inits.enable");
+        if (on != null) {
+            initsOn = !on.toString().trim().equalsIgnoreCase("false");
         }
         for (Map.Entry<String, ?> e : configs.entrySet()) {
             if (e.getKey().startsWith(PREFIX + "consumer.")) {
@@ -163,7 +180,13 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
             LOG.error("pidquota plug-in: no {}bootstrap.servers: it refuses nothing", PREFIX);
         } else {
             reporter = new StatusReporter(statusTopic, serverInfo.brokerId(), clientConfigs, name);
-            reader = new StateReader(state, topic, statusTopic, clientConfigs, name, this::tick);
+            List<String> written = new ArrayList<>(Collections.singletonList(statusTopic));
+            if (initsOn) {
+                inits = new InitsPublisher(initsTopic, serverInfo.brokerId(), clientConfigs, name);
+                written.add(initsTopic);
+                inits.start();
+            }
+            reader = new StateReader(state, topic, written, clientConfigs, name, this::tick);
             reader.start();
         }
         register(serverInfo.brokerId());
@@ -172,24 +195,82 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
 
     @Override
     public List<AuthorizationResult> authorize(AuthorizableRequestContext context, List<Action> actions) {
-        if (context.requestType() != INIT_PRODUCER_ID || !refuses(context)) {
+        if (context.requestType() != INIT_PRODUCER_ID) {
             return super.authorize(context, actions);
         }
-        refused.incrementAndGet();
-        for (Action action : actions) {
-            audit(context, action.operation(), action.resourcePattern(), action.logIfDenied());
+        boolean no = refuses(context);
+        List<AuthorizationResult> results;
+        if (no) {
+            refused.incrementAndGet();
+            for (Action action : actions) {
+                audit(context, action.operation(), action.resourcePattern(), action.logIfDenied());
+            }
+            results = new ArrayList<>(Collections.nCopies(actions.size(), AuthorizationResult.DENIED));
+        } else {
+            results = super.authorize(context, actions);
         }
-        return new ArrayList<>(Collections.nCopies(actions.size(), AuthorizationResult.DENIED));
+        sense(context, actions, results, no);
+        return results;
     }
 
     @Override
     public AuthorizationResult authorizeByResourceType(
         AuthorizableRequestContext context, AclOperation op, ResourceType resourceType) {
-        if (context.requestType() == INIT_PRODUCER_ID && refuses(context)) {
-            audit(context, op, null, true);  // an idempotent producer's last question: its refusal
-            return AuthorizationResult.DENIED;
+        if (context.requestType() != INIT_PRODUCER_ID) {
+            return super.authorizeByResourceType(context, op, resourceType);
         }
-        return super.authorizeByResourceType(context, op, resourceType);
+        boolean no = refuses(context);
+        AuthorizationResult result;
+        if (no) {
+            audit(context, op, null, true);  // an idempotent producer's last question: its refusal
+            result = AuthorizationResult.DENIED;
+        } else {
+            result = super.authorizeByResourceType(context, op, resourceType);
+        }
+        if (said.get() == context) {  // published at its first question, IDEMPOTENT_WRITE
+            said.remove();
+        } else if (inits != null) {
+            inits.offer(context, null, outcome(no, result));
+        }
+        return result;
+    }
+
+    /** An InitProducerId's answer, published once per request ({@link InitsPublisher}): at a
+     * transactional id's WRITE; at an idempotent producer's IDEMPOTENT_WRITE when that is its
+     * answer (granted; or refused by pidquota's rule, when the broker asks once more and
+     * {@code said} keeps that from making a second record), else at its second question,
+     * {@code authorizeByResourceType(WRITE, TOPIC)} (Kafka's ACLs decide there). Never throws. */
+    private void sense(AuthorizableRequestContext context, List<Action> actions, List<AuthorizationResult> results,
+                       boolean no) {
+        if (inits == null) {
+            return;
+        }
+        try {
+            for (int i = 0; i < actions.size(); i++) {
+                Action a = actions.get(i);
+                ResourceType type = a.resourcePattern().resourceType();
+                if (a.operation() == AclOperation.WRITE && type == ResourceType.TRANSACTIONAL_ID) {
+                    inits.offer(context, a.resourcePattern().name(), outcome(no, results.get(i)));
+                    return;
+                }
+                if (a.operation() == AclOperation.IDEMPOTENT_WRITE && type == ResourceType.CLUSTER) {
+                    if (no || results.get(i) == AuthorizationResult.ALLOWED) {
+                        inits.offer(context, null, outcome(no, results.get(i)));
+                        if (no) {
+                            said.set(context);
+                        }
+                    }
+                    return;
+                }
+            }
+        } catch (RuntimeException e) {
+            faults.incrementAndGet();
+        }
+    }
+
+    static InitsPublisher.Outcome outcome(boolean no, AuthorizationResult result) {
+        return no ? InitsPublisher.Outcome.REFUSED
+            : result == AuthorizationResult.ALLOWED ? InitsPublisher.Outcome.GRANTED : InitsPublisher.Outcome.DENIED;
     }
 
     /** {@link #judge}, failing open: whatever goes wrong in the plug-in's own rule (a context
@@ -257,7 +338,10 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     private void tick() {
         long now = System.currentTimeMillis();
         watch(now);
-        reporter.maybeReport(state, now, refused.get(), reader.read(), reader.statusTopicExists());
+        reporter.maybeReport(state, now, refused.get(), reader.read(), reader.exists(statusTopic));
+        if (inits != null) {
+            inits.ready(reader.exists(inits.topic()));
+        }
     }
 
     /** Why nothing is refused now (null: the set is obeyed), said once at each change. */
@@ -295,6 +379,9 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         }
         if (reporter != null) {
             reporter.close();
+        }
+        if (inits != null) {
+            inits.close();
         }
         if (mbean != null) {
             try {
@@ -357,6 +444,26 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         @Override
         public long getRecordsRead() {
             return reader == null ? 0 : reader.read();
+        }
+
+        @Override
+        public long getInitsPublished() {
+            return inits == null ? 0 : inits.published();
+        }
+
+        @Override
+        public long getInitsDropped() {
+            return inits == null ? 0 : inits.dropped();
+        }
+
+        @Override
+        public long getInitsFailed() {
+            return inits == null ? 0 : inits.failed();
+        }
+
+        @Override
+        public int getInitsQueued() {
+            return inits == null ? 0 : inits.queued();
         }
 
         @Override

@@ -32,6 +32,18 @@ public interface PluginStatsMBean {
     /** State records read. */
     long getRecordsRead();
 
+    /** InitProducerId answers published to pidquota's inits topic (acknowledged). */
+    long getInitsPublished();
+
+    /** Inits not published: the queue full (a record is never waited for on a request thread). */
+    long getInitsDropped();
+
+    /** Inits whose record could not be written (the cluster or the topic not there, a bad setting). */
+    long getInitsFailed();
+
+    /** Inits waiting in the queue now (at most InitsPublisher.CAPACITY). */
+    int getInitsQueued();
+
     /** Mean time of one InitProducerId authorization the plug-in looked at, in ns. */
     long getMeanInitAuthorizationNanos();
 }

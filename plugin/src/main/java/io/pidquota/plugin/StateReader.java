@@ -2,8 +2,10 @@ package io.pidquota.plugin;
 
 import java.time.Duration;
 import java.util.Collections;
+import java.util.HashSet;
 import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
@@ -13,6 +15,7 @@ import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.errors.InterruptException;
@@ -58,8 +61,8 @@ final class StateReader implements Runnable {
     private final Properties consumerProps = new Properties();
     private final Properties adminProps = new Properties();
     private final Runnable tick;
-    private final String statusTopic;
-    private volatile boolean statusTopicExists;
+    /** pidquota's other topics, where the plug-in writes (status, inits): whether each exists. */
+    private final Map<String, Boolean> written = new java.util.concurrent.ConcurrentHashMap<>();
     private final AtomicLong skipped = new AtomicLong();
     private final AtomicLong read = new AtomicLong();
     private volatile boolean running = true;
@@ -74,11 +77,13 @@ final class StateReader implements Runnable {
 
     /** {@code tick} runs after each check of the topic (the authorizer says a change of its
      * fail-open state there, without waiting for an InitProducerId). */
-    StateReader(ThrottleState state, String topic, String statusTopic, Map<String, Object> clientConfigs,
-                String name, Runnable tick) {
+    StateReader(ThrottleState state, String topic, java.util.Collection<String> writtenTopics,
+                Map<String, Object> clientConfigs, String name, Runnable tick) {
         this.state = state;
         this.topic = topic;
-        this.statusTopic = statusTopic;
+        for (String t : writtenTopics) {
+            written.put(t, false);
+        }
         this.tick = tick;
         for (Map.Entry<String, Object> e : clientConfigs.entrySet()) {
             if (ConsumerConfig.configNames().contains(e.getKey())) {
@@ -125,10 +130,11 @@ final class StateReader implements Runnable {
         return read.get();
     }
 
-    /** pidquota's status topic exists (seen at the last check): the plug-in's reports may go,
-     * and never make it themselves (a broker would make it as a plain topic). */
-    boolean statusTopicExists() {
-        return statusTopicExists;
+    /** One of pidquota's topics the plug-in writes (status, inits) exists, as seen at the last
+     * check: the plug-in's records may go there, and never make it themselves (a producer's
+     * metadata request would have the broker make it as a plain topic). */
+    boolean exists(String name) {
+        return Boolean.TRUE.equals(written.get(name));
     }
 
     @Override
@@ -174,11 +180,16 @@ final class StateReader implements Runnable {
         if (consumer == null) {
             consumer = new KafkaConsumer<>(consumerProps);
         }
-        statusTopicExists = exists(statusTopic);
+        // one request for every topic: a cluster that does not answer costs one timeout, not one a topic
+        Set<String> names = new HashSet<>(written.keySet());
+        names.add(topic);
+        Map<String, KafkaFuture<TopicDescription>> described = admin.describeTopics(names).topicNameValues();
+        for (String name : written.keySet()) {  // the plug-in's reports and inits go without a state topic
+            written.put(name, seen(described.get(name)));
+        }
         TopicDescription d;
         try {
-            d = admin.describeTopics(Collections.singleton(topic)).allTopicNames()
-                .get(20, TimeUnit.SECONDS).get(topic);
+            d = described.get(topic).get(20, TimeUnit.SECONDS);
         } catch (ExecutionException e) {
             if (e.getCause() instanceof UnknownTopicOrPartitionException) {
                 forget();
@@ -206,11 +217,10 @@ final class StateReader implements Runnable {
         return null;
     }
 
-    /** Whether {@code name} exists (false too when it cannot be known). */
-    private boolean exists(String name) throws InterruptedException {
+    /** Whether a described topic exists (false too when it cannot be known). */
+    private static boolean seen(KafkaFuture<TopicDescription> described) throws InterruptedException {
         try {
-            return admin.describeTopics(Collections.singleton(name)).allTopicNames()
-                .get(20, TimeUnit.SECONDS).containsKey(name);
+            return described.get(20, TimeUnit.SECONDS) != null;
         } catch (ExecutionException | java.util.concurrent.TimeoutException e) {
             return false;
         }

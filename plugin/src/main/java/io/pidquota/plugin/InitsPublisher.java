@@ -1,0 +1,354 @@
+package io.pidquota.plugin;
+
+import java.net.InetAddress;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.requests.RequestContext;
+import org.apache.kafka.common.security.auth.KafkaPrincipal;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.kafka.server.authorizer.AuthorizableRequestContext;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * What the plug-in sees, published: one small record to pidquota's inits topic for each
+ * InitProducerId this broker answers, which pidquota reads as its input
+ * ({@code --input-format plugin-inits}) instead of the request log at DEBUG.
+ *
+ * <p>The record, one line of JSON keyed by the principal (a principal's records keep their
+ * order: one partition each, one request in flight):
+ * <pre>
+ * {"v":1,"at_ms":1764000000123,"broker":1,"run":"5f3a9c...","seq":42,"principal":"User:alice",
+ *  "client_id":"app-1","client_address":"10.0.0.5","listener":"SASL_SSL","transactional_id":null,
+ *  "outcome":"granted","software":"apache-kafka-java 3.9.1"}
+ * </pre>
+ * {@code outcome} is {@code granted}, {@code refused} (pidquota's rule) or {@code denied} (Kafka's
+ * ACLs). {@code run} is random at each start of the plug-in and {@code seq} counts its inits from 0,
+ * so {@code (broker, run, seq)} names one request for ever: a record sent twice (a retry) is the
+ * same init, and pidquota counts it once; a gap in {@code seq} is a record lost.
+ *
+ * <p>On the request thread, {@link #offer} only stores references in a bounded queue (at most
+ * {@code CAPACITY} records and {@code MAX_CHARS} characters of text: a few MiB whatever the
+ * requests hold) and never blocks or throws: a full queue drops the record, counts it and says so
+ * once. A daemon thread of its own drains the queue in batches into one producer ({@code acks=all},
+ * {@code linger.ms} {@code LINGER_MS}, uncompressed, a buffer of {@code BUFFER} bytes), made only once the
+ * topic exists (pidquota makes it; a producer would have the broker make it as a plain topic).
+ * Worked example: 500 inits a second make 500 records of ~300 bytes, about 10 batches a second of
+ * ~15 kB, on one thread; the request threads do an offer each (~1 µs).
+ */
+final class InitsPublisher implements Runnable {
+    private static final Logger LOG = LoggerFactory.getLogger(InitsPublisher.class);
+    static final int CAPACITY = 10_000;
+    static final int MAX_CHARS = 1 << 21;
+    static final int LINGER_MS = 5;
+    static final int BUFFER = 4 << 20;
+    static final int BATCH = 500;
+
+    enum Outcome { GRANTED, REFUSED, DENIED }
+
+    /** One init as the request thread saw it: references only, made into text on the publisher's
+     * thread. */
+    static final class Seen {
+        final long atMs;
+        final long seq;
+        final KafkaPrincipal principal;
+        final String clientId;
+        final InetAddress address;
+        final String listener;
+        final String transactionalId;
+        final Outcome outcome;
+        final String software;
+        final int chars;
+
+        Seen(long atMs, long seq, KafkaPrincipal principal, String clientId, InetAddress address,
+             String listener, String transactionalId, Outcome outcome, String software) {
+            this.atMs = atMs;
+            this.seq = seq;
+            this.principal = principal;
+            this.clientId = clientId;
+            this.address = address;
+            this.listener = listener;
+            this.transactionalId = transactionalId;
+            this.outcome = outcome;
+            this.software = software;
+            this.chars = 64 + len(principal.getName()) + len(principal.getPrincipalType()) + len(clientId)
+                + len(listener) + len(transactionalId) + len(software);
+        }
+    }
+
+    private final String topic;
+    private final int brokerId;
+    private final String run = Long.toHexString(ThreadLocalRandom.current().nextLong() | Long.MIN_VALUE);
+    private final Properties props = new Properties();
+    private final ArrayBlockingQueue<Seen> queue = new ArrayBlockingQueue<>(CAPACITY);
+    private final AtomicLong chars = new AtomicLong();
+    private final AtomicLong seq = new AtomicLong();
+    private final AtomicLong published = new AtomicLong();
+    private final AtomicLong dropped = new AtomicLong();
+    private final AtomicLong failed = new AtomicLong();
+    private final Thread thread;
+    private volatile boolean ready;
+    private volatile boolean running = true;
+    private volatile boolean droppedSaid;
+    private KafkaProducer<byte[], byte[]> producer;
+    private boolean broken;
+    private int inARow;
+    private boolean warned;
+
+    InitsPublisher(String topic, int brokerId, Map<String, Object> clientConfigs, String name) {
+        this.topic = topic;
+        this.brokerId = brokerId;
+        for (Map.Entry<String, Object> e : clientConfigs.entrySet()) {
+            if (ProducerConfig.configNames().contains(e.getKey())) {
+                props.put(e.getKey(), e.getValue());
+            }
+        }
+        props.putIfAbsent(ProducerConfig.RECONNECT_BACKOFF_MS_CONFIG, "2000");
+        props.putIfAbsent(ProducerConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, "60000");
+        props.putIfAbsent(ProducerConfig.CLIENT_ID_CONFIG, name + "-inits");
+        props.putIfAbsent("metadata.recovery.strategy", "none");  // as the reader's admin client
+        props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        props.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "2000");  // its own thread's wait, never a request's
+        props.put(ProducerConfig.BUFFER_MEMORY_CONFIG, Integer.toString(BUFFER));
+        props.put(ProducerConfig.ACKS_CONFIG, "all");
+        props.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "false");  // no PID: (run, seq) dedupes
+        props.put(ProducerConfig.MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION, "1");  // order kept on retry
+        props.put(ProducerConfig.LINGER_MS_CONFIG, Integer.toString(LINGER_MS));
+        props.put(ProducerConfig.BATCH_SIZE_CONFIG, Integer.toString(64 * 1024));
+        props.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, "none");  // read with no codec: ~150 kB/s at 500 inits/s
+        props.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
+        props.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
+        this.thread = new Thread(this, name + "-inits");
+        thread.setDaemon(true);
+    }
+
+    void start() {
+        thread.start();
+    }
+
+    String topic() {
+        return topic;
+    }
+
+    /** Whether the topic exists (the state reader's check, every few seconds). */
+    void ready(boolean exists) {
+        ready = exists;
+    }
+
+    long published() {
+        return published.get();
+    }
+
+    long dropped() {
+        return dropped.get();
+    }
+
+    long failed() {
+        return failed.get();
+    }
+
+    int queued() {
+        return queue.size();
+    }
+
+    /** A request thread's init, queued if there is room; never blocks, never throws. */
+    void offer(AuthorizableRequestContext context, String transactionalId, Outcome outcome) {
+        if (!ready || !running) {
+            return;
+        }
+        try {
+            Seen s = new Seen(System.currentTimeMillis(), seq.getAndIncrement(), context.principal(),
+                context.clientId(), context.clientAddress(), context.listenerName(), transactionalId, outcome,
+                software(context));
+            if (chars.addAndGet(s.chars) > MAX_CHARS || !queue.offer(s)) {
+                chars.addAndGet(-s.chars);
+                drop();
+            }
+        } catch (RuntimeException | LinkageError e) {
+            drop();
+        }
+    }
+
+    private void drop() {
+        dropped.incrementAndGet();
+        if (!droppedSaid) {
+            droppedSaid = true;
+            LOG.warn("pidquota plug-in: its queue of inits for {} is full: inits are dropped, not published "
+                + "(said once; counted in InitsDropped)", topic);
+        }
+    }
+
+    /** The client's software (KIP-511) where the broker's context carries it, else null. */
+    static String software(AuthorizableRequestContext context) {
+        if (!(context instanceof RequestContext)) {
+            return null;
+        }
+        org.apache.kafka.common.network.ClientInformation info = ((RequestContext) context).clientInformation;
+        if (info == null) {
+            return null;
+        }
+        String name = info.softwareName();
+        String version = info.softwareVersion();
+        boolean n = name != null && !name.equals("unknown");
+        boolean v = version != null && !version.equals("unknown");
+        return n && v ? name + " " + version : n ? name : v ? version : null;
+    }
+
+    @Override
+    public void run() {
+        List<Seen> batch = new ArrayList<>(BATCH);
+        while (running) {
+            try {
+                Seen first = queue.poll(200, TimeUnit.MILLISECONDS);
+                if (first == null) {
+                    continue;
+                }
+                batch.add(first);
+                queue.drainTo(batch, BATCH - 1);
+                for (Seen s : batch) {
+                    chars.addAndGet(-s.chars);
+                    send(s);
+                }
+            } catch (InterruptedException e) {
+                return;
+            } catch (RuntimeException e) {  // never the thread's end
+                failed.addAndGet(batch.size());
+                said(e);
+            } finally {
+                batch.clear();
+            }
+        }
+    }
+
+    private void send(Seen s) {
+        if (broken) {
+            failed.incrementAndGet();
+            return;
+        }
+        if (producer == null) {
+            try {
+                producer = new KafkaProducer<>(props);
+            } catch (Exception e) {  // a setting it refuses: no retry, no config dump each batch
+                broken = true;
+                failed.incrementAndGet();
+                LOG.warn("pidquota plug-in: no inits published to {}: its producer cannot be made ({})", topic,
+                    e.toString());
+                return;
+            }
+        }
+        byte[] key = PidQuotaAuthorizer.nameOf(s.principal).getBytes(StandardCharsets.UTF_8);
+        byte[] value = json(s).getBytes(StandardCharsets.UTF_8);
+        try {
+            producer.send(new ProducerRecord<>(topic, null, s.atMs, key, value), (meta, e) -> done(e));
+        } catch (Exception e) {  // the buffer full past max.block.ms, a closed producer
+            done(e);
+        }
+    }
+
+    String json(Seen s) {
+        StringBuilder b = new StringBuilder(s.chars + 96);
+        b.append("{\"v\":1,\"at_ms\":").append(s.atMs).append(",\"broker\":").append(brokerId)
+            .append(",\"run\":\"").append(run).append("\",\"seq\":").append(s.seq).append(",\"principal\":");
+        quote(b, PidQuotaAuthorizer.nameOf(s.principal));
+        b.append(",\"client_id\":");
+        quote(b, s.clientId);
+        b.append(",\"client_address\":");
+        quote(b, s.address == null ? null : s.address.getHostAddress());
+        b.append(",\"listener\":");
+        quote(b, s.listener);
+        b.append(",\"transactional_id\":");
+        quote(b, s.transactionalId);
+        b.append(",\"outcome\":\"").append(s.outcome.name().toLowerCase(java.util.Locale.ROOT)).append('"');
+        b.append(",\"software\":");
+        quote(b, s.software);
+        return b.append('}').toString();
+    }
+
+    /** A JSON string (null: {@code null}): quotes, backslashes and control characters escaped. */
+    static void quote(StringBuilder b, String s) {
+        if (s == null) {
+            b.append("null");
+            return;
+        }
+        b.append('"');
+        for (int i = 0; i < s.length(); i++) {
+            char c = s.charAt(i);
+            if (c == '"' || c == '\\') {
+                b.append('\\').append(c);
+            } else if (c < 0x20 || Character.isSurrogate(c) && !wellPaired(s, i)) {
+                b.append(String.format("\\u%04x", (int) c));
+            } else {
+                b.append(c);
+            }
+        }
+        b.append('"');
+    }
+
+    /** Whether the surrogate at {@code i} is half of a pair (a lone one is escaped, so the record
+     * stays valid UTF-8). */
+    private static boolean wellPaired(String s, int i) {
+        char c = s.charAt(i);
+        if (Character.isHighSurrogate(c)) {
+            return i + 1 < s.length() && Character.isLowSurrogate(s.charAt(i + 1));
+        }
+        return i > 0 && Character.isHighSurrogate(s.charAt(i - 1));
+    }
+
+    /** A send's outcome: said when three in a row fail, and once when they go again. */
+    private synchronized void done(Exception e) {
+        if (e == null) {
+            published.incrementAndGet();
+            inARow = 0;
+            if (warned) {
+                warned = false;
+                LOG.info("pidquota plug-in: its inits reach {} again", topic);
+            }
+            return;
+        }
+        failed.incrementAndGet();
+        if (++inARow >= 3) {
+            said(e);
+        }
+    }
+
+    private synchronized void said(Exception e) {
+        if (!warned) {
+            warned = true;
+            LOG.warn("pidquota plug-in: cannot publish its inits to {} ({}); pidquota does not see them "
+                + "(counted in InitsFailed)", topic, e.getClass().getSimpleName());
+        }
+    }
+
+    private static int len(String s) {
+        return s == null ? 0 : s.length();
+    }
+
+    void close() {
+        running = false;
+        thread.interrupt();
+        try {
+            thread.join(2000);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        if (producer != null) {
+            try {
+                producer.close(Duration.ofSeconds(2));
+            } catch (Exception e) {
+                LOG.debug("pidquota plug-in: closing its inits producer: {}", e.toString());
+            }
+        }
+    }
+}

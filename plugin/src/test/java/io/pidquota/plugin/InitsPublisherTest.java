@@ -1,0 +1,105 @@
+package io.pidquota.plugin;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.net.InetAddress;
+import java.util.Collections;
+import org.apache.kafka.common.security.auth.KafkaPrincipal;
+import org.apache.kafka.server.authorizer.AuthorizableRequestContext;
+import org.apache.kafka.server.authorizer.AuthorizationResult;
+import org.junit.jupiter.api.Test;
+
+class InitsPublisherTest {
+    static AuthorizableRequestContext context(String user, String clientId) {
+        return new AuthorizableRequestContext() {
+            public String listenerName() {
+                return "PLAINTEXT";
+            }
+
+            public org.apache.kafka.common.security.auth.SecurityProtocol securityProtocol() {
+                return org.apache.kafka.common.security.auth.SecurityProtocol.PLAINTEXT;
+            }
+
+            public KafkaPrincipal principal() {
+                return new KafkaPrincipal("User", user);
+            }
+
+            public InetAddress clientAddress() {
+                return InetAddress.getLoopbackAddress();
+            }
+
+            public int requestType() {
+                return 22;
+            }
+
+            public int requestVersion() {
+                return 4;
+            }
+
+            public String clientId() {
+                return clientId;
+            }
+
+            public int correlationId() {
+                return 1;
+            }
+        };
+    }
+
+    static InitsPublisher publisher() {
+        return new InitsPublisher("inits", 7, Collections.singletonMap("bootstrap.servers", "127.0.0.1:1"), "t");
+    }
+
+    @Test
+    void aRecordIsOneLineOfJsonWithEveryTextEscaped() {
+        InitsPublisher p = publisher();
+        InitsPublisher.Seen s = new InitsPublisher.Seen(1000, 3, new KafkaPrincipal("User", "a\"b\\c"),
+            "id\n\u0001x", InetAddress.getLoopbackAddress(), "SASL", "tx-\ud800", InitsPublisher.Outcome.GRANTED, null);
+        String json = p.json(s);
+        assertTrue(json.startsWith("{\"v\":1,\"at_ms\":1000,\"broker\":7,\"run\":\""), json);
+        assertTrue(json.contains("\"seq\":3,\"principal\":\"User:a\\\"b\\\\c\",\"client_id\":\"id\\u000a\\u0001x\""), json);
+        assertTrue(json.contains("\"client_address\":\"127.0.0.1\",\"listener\":\"SASL\""), json);
+        assertTrue(json.contains("\"transactional_id\":\"tx-\\ud800\",\"outcome\":\"granted\",\"software\":null}"), json);
+        assertEquals(-1, json.indexOf('\n'));
+    }
+
+    @Test
+    void theQueueIsBoundedAndAFullOneDropsAndCountsWithoutBlocking() {
+        InitsPublisher p = publisher();  // not started: nothing drains
+        AuthorizableRequestContext c = context("crash", "app");
+        p.offer(c, null, InitsPublisher.Outcome.GRANTED);
+        assertEquals(0, p.queued(), "nothing is queued before the topic is seen");
+        p.ready(true);
+        for (int i = 0; i < InitsPublisher.CAPACITY + 5; i++) {
+            p.offer(c, null, InitsPublisher.Outcome.GRANTED);
+        }
+        assertEquals(InitsPublisher.CAPACITY, p.queued());
+        assertEquals(5, p.dropped());
+    }
+
+    @Test
+    void theQueuesTextIsBoundedToo() {
+        InitsPublisher p = publisher();
+        p.ready(true);
+        String big = new String(new char[30_000]).replace('\0', 'x');
+        for (int i = 0; i < 200; i++) {
+            p.offer(context("crash", big), big, InitsPublisher.Outcome.GRANTED);
+        }
+        assertTrue(p.queued() * 60_000L <= InitsPublisher.MAX_CHARS, "queued " + p.queued());
+        assertEquals(200 - p.queued(), p.dropped());
+    }
+
+    @Test
+    void anOutcomeSaysWhoDecided() {
+        assertEquals(InitsPublisher.Outcome.REFUSED, PidQuotaAuthorizer.outcome(true, AuthorizationResult.ALLOWED));
+        assertEquals(InitsPublisher.Outcome.GRANTED, PidQuotaAuthorizer.outcome(false, AuthorizationResult.ALLOWED));
+        assertEquals(InitsPublisher.Outcome.DENIED, PidQuotaAuthorizer.outcome(false, AuthorizationResult.DENIED));
+    }
+
+    @Test
+    void aContextWithoutClientInformationHasNoSoftware() {
+        assertNull(InitsPublisher.software(context("a", "b")));
+    }
+}
