@@ -25,6 +25,10 @@ Per user, from the run's own outputs and the broker's request log:
   first over-quota init to the first InitProducerId a broker refused the user (error 31 in any
   node's request log, broker time).
 
+``--input plugin-inits`` feeds the run from the plug-in's inits topic instead of the request log
+(``kafka://.../pidquota-plugin-inits``, issue 54; the brokers run the plug-in): the first
+refusal is then the first record of the user's that says ``refused`` (broker time too).
+
 Prints p50 and p99 of act, undo (and refuse), and the requests per action.
 """
 
@@ -49,6 +53,7 @@ sys.path.insert(0, str(ROOT))  # scripts.*
 from pidquota.streaming.outputs.reader import read_output  # noqa: E402
 from scripts.kafka_broker import Cluster  # noqa: E402
 
+INITS = "pidquota-plugin-inits"
 QUOTA = 5  # new PIDs per W
 WINDOW_S = 60
 
@@ -118,14 +123,37 @@ def _first_refused(logs: list[Path]) -> dict[str, int]:
     return first
 
 
+def _first_refused_published(cluster: Cluster) -> dict[str, int]:
+    """Per principal, the broker time (ms) of its first InitProducerId refused, from the plug-in's
+    own records in its inits topic (every broker publishes there)."""
+    from kafka import TopicPartition
+
+    from pidquota.store.kafka import consumer
+
+    c = consumer({"kafka.bootstrap.servers": cluster.bootstrap})
+    parts = [TopicPartition(INITS, p) for p in c.partitions_for_topic(INITS) or ()]
+    c.assign(parts)
+    c.seek_to_beginning(*parts)
+    ends, first = c.end_offsets(parts), {}
+    while any(c.position(tp) < ends[tp] for tp in parts):
+        for records in c.poll(500).values():
+            for r in records:
+                init = json.loads(r.value)
+                if init.get("outcome") == "refused":
+                    who = init["principal"]
+                    first[who] = min(first.get(who, init["at_ms"]), init["at_ms"])
+    c.close()
+    return first
+
+
 def _utc_offset_s() -> int:
     return -time.timezone if time.localtime().tm_isdst == 0 else -time.altzone
 
 
-def _refusals(out: Path, users: list[str], logs: list[Path]) -> list[float]:
+def _refusals(out: Path, users: list[str], refused: dict[str, int]) -> list[float]:
     """Per user, from its first over-quota init (the first THROTTLE decision's event time) to
     the first InitProducerId a broker refused it."""
-    decisions, refused = read_output(out, "decisions"), _first_refused(logs)
+    decisions = read_output(out, "decisions")
     gaps = []
     for user in users:
         mine = decisions[(decisions.principal == f"User:{user}") & (decisions.verdict == "THROTTLE")]
@@ -164,9 +192,15 @@ def main() -> None:
         "--mechanism", default="request-quota", help="pidquota.actuator.mechanism (request-quota)"
     )
     parser.add_argument("--brokers", type=int, default=1, help="KRaft nodes, each broker and controller (1)")
+    parser.add_argument(
+        "--input", choices=("kafka-request-log", "plugin-inits"), default="kafka-request-log",
+        help="what the run reads: the brokers' request log, or the plug-in's inits topic",
+    )  # fmt: skip
     args = parser.parse_args()
     users = [f"loop{i}" for i in range(args.users)]
     plugin = None
+    if args.input == "plugin-inits" and args.mechanism != "broker-plugin":
+        parser.error("--input plugin-inits: the brokers run the plug-in; give --mechanism broker-plugin")
     if args.mechanism == "broker-plugin":  # the brokers run pidquota's plug-in (built if stale)
         sys.path.insert(0, str(ROOT / "tests"))
         from harness.plugin import plugin_jar
@@ -193,10 +227,13 @@ def main() -> None:
             quotas = tmp / "quotas.json"
             quotas.write_text(json.dumps({"users": {"<default>": {"producer_ids_rate": QUOTA}}}))
             out = tmp / "out"
+            if args.input == "plugin-inits":
+                source = [f"kafka://{cluster.bootstrap}/{INITS}", "--input-format", "plugin-inits"]
+            else:
+                logs = cluster.nodes[0].logs if args.brokers == 1 else cluster.logs
+                source = [str(logs), "--input-format", "kafka-request-log", "--follow"]
             cmd = [
-                sys.executable, "-m", "pidquota", "run",
-                "--input", str(cluster.nodes[0].logs if args.brokers == 1 else cluster.logs),
-                "--input-format", "kafka-request-log", "--follow", "--output", str(out),
+                sys.executable, "-m", "pidquota", "run", "--input", *source, "--output", str(out),
                 "--quotas", str(quotas), "--set", f"producer.id.quota.window.size.seconds={WINDOW_S}",
                 "--set", "pidquota.trigger.interval.ms=1000", "--set", "pidquota.actuator=on",
                 "--set", f"pidquota.actuator.bootstrap={cluster.bootstrap}",
@@ -221,7 +258,15 @@ def main() -> None:
                 proc.wait(120)
             act, undo = _timings(tmp / "out", users)
             logs = [n.request_log for n in cluster.nodes]
-            refuse = _refusals(tmp / "out", users, logs) if plugin is not None else []
+            if plugin is None:
+                refuse = []
+            else:
+                firsts = (
+                    _first_refused(logs)
+                    if args.input != "plugin-inits"
+                    else _first_refused_published(cluster)
+                )
+                refuse = _refusals(tmp / "out", users, firsts)
             by_api, forwarded = _requests(cluster.nodes[0].request_log)
             actions = read_output(tmp / "out", "actions")
             cluster.stop()
@@ -238,7 +283,8 @@ def main() -> None:
     if refuse:
         print(
             f"refuse: first over-quota init -> first InitProducerId a broker refused, {len(refuse)} users: "
-            f"p50 {pct(refuse, 50):.1f} s, p99 {pct(refuse, 99):.1f} s ({args.brokers} broker(s))"
+            f"p50 {pct(refuse, 50):.1f} s, p99 {pct(refuse, 99):.1f} s ({args.brokers} broker(s), "
+            f"the run reading {args.input})"
         )
     print(f"actions: {dict(counted)}; quota changes (apply + undo): {changes}")
     per = {api: round(n / max(changes, 1), 1) for api, n in by_api.most_common()}

@@ -109,10 +109,12 @@ def check_kafka(url, config) -> None:
 
 
 def make_plugin_topic(url, config) -> None:
-    """The plug-in's inits topic is pidquota's (``formats/plugin_inits.py``): a run that reads it
-    makes it when it is missing, and says so; the brokers' plug-ins publish only to a topic
-    that exists."""
-    if config["pidquota.input.format"] != "plugin-inits" or any(c in url.topic for c in ",*"):
+    """A format whose topic is pidquota's (the registry's ``own_topic``: the plug-in's inits,
+    ``formats/plugin_inits.py``): a run that reads it makes it when it is missing, and says so;
+    the brokers' plug-ins publish only to a topic that exists."""
+    from pidquota.conf import formats as registry
+
+    if not registry.entry(config["pidquota.input.format"]).own_topic or any(c in url.topic for c in ",*"):
         return
     from pidquota.actuate.plugin_state import ensure_inits_topic
     from pidquota.store.kafka import security_options

@@ -122,7 +122,7 @@ def actuator_shown(config, act) -> str:
             parts.append(f"connection_creation_rate {rate:g} on each client address a user has to itself")
         elif mechanism != "request-quota":
             naming = " or ".join(e.name for e in registry.FORMATS if "client_address" in e.clients)
-            parts.append(f"no connection rate: only {naming} names the clients' addresses")
+            parts.append(f"no connection rate: the clients' addresses come only from {naming}")
         mechanism += f" ({'; '.join(parts)})"
     elif mechanism == "broker-plugin":
         mechanism += (

@@ -34,6 +34,7 @@ class Entry:
     inputs: tuple[str, ...] = ("file", "kafka")  # the inputs it may come from
     follow: bool = False  # a file input of it is followed (tail -F) unless told otherwise
     clients: tuple[str, ...] = ()  # the client identity it can give (pidquota.quota.client.COLUMNS)
+    own_topic: bool = False  # its Kafka topic is pidquota's: a run that reads it makes it when missing
 
     def refuses(self, kind: str, shown: str) -> str | None:
         """Why an input of ``kind`` (``file``, ``kafka``), shown as ``shown``, is not one this
@@ -63,6 +64,7 @@ FORMATS: tuple[Entry, ...] = (
         "plug-in init records",
         "what pidquota's broker plug-in publishes: one record per InitProducerId a broker answered; no request log",
         clients=("client_id", "transactional_id", "client_address", "client_software", "broker"),
+        own_topic=True,
     ),
     Entry(
         "events",

@@ -134,8 +134,8 @@ def test_a_run_acts_a_kill_9_leaves_it_held_and_the_restart_keeps_then_lifts_it_
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (
-        "pidquota: actuator request-quota+connection-rate (request_percentage 1; no connection rate: only "
-        f"kafka-request-log names the clients' addresses) on {kafka.bootstrap}"
+        "pidquota: actuator request-quota+connection-rate (request_percentage 1; no connection rate: the "
+        f"clients' addresses come only from plugin-inits or kafka-request-log) on {kafka.bootstrap}"
     ) in done.stdout
     from pidquota.streaming.outputs.reader import output_files
 
