@@ -255,8 +255,9 @@ def ensure_inits_topic(options: dict, topic: str, timeout_ms: int, principal: st
     publishes the InitProducerIds it answers and pidquota reads them (``--input-format
     plugin-inits``). Not compacted (each record is one init), a partition per broker and at least
     3, replicated up to 3, kept Kafka's default week. At its creation, ACLs for pidquota's
-    ``principal`` to read it; none to write it: the brokers write as super users, and anyone
-    else who may could have pidquota throttle any user. The plug-ins see it within 5 s."""
+    ``principal`` to read it; none to write it: the plug-ins' clients write it as super users
+    (or their principal is granted DESCRIBE and WRITE), and anyone else who may could have
+    pidquota throttle any user. The plug-ins see it at their next check, within 10 s."""
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
@@ -271,9 +272,17 @@ def ensure_inits_topic(options: dict, topic: str, timeout_ms: int, principal: st
         except TopicAlreadyExistsError:
             return False
     except Exception as exc:  # kafka-python raises several kinds here
+        from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable
+
+        if isinstance(exc, (NoBrokersAvailable, KafkaConnectionError, KafkaTimeoutError)):
+            raise ControlError(
+                f"Kafka at {options['kafka.bootstrap.servers']} does not answer within {timeout_ms / 1000:g} s "
+                f"({type(exc).__name__}): is the address right, and are pidquota.kafka.* its security settings?"
+            ) from None
         raise ControlError(
             f"cannot create the plug-in's inits topic {topic!r}: {type(exc).__name__}: {exc}; pidquota's "
-            "principal needs CREATE on the cluster (or create it yourself, any number of partitions)"
+            "principal needs CREATE on the cluster and DESCRIBE on the topic (or create it yourself, any "
+            "number of partitions)"
         ) from None
     finally:
         admin.close()

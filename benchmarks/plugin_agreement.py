@@ -12,7 +12,12 @@ clients, each in a process of its own, for ``--seconds``:
 - ``alice``: kafka-python, a transactional producer started anew every 2 s with the same
   transactional id (a transactional application's restarts), a transaction each time;
 - ``carol``: kafka-python, a rolling deploy: a new idempotent producer every 2 s;
-- ``steady``: kafka-python, one idempotent producer for the whole run.
+- ``steady``: kafka-python, one idempotent producer for the whole run;
+- ``idle-py`` and ``idle-rd``: one idempotent producer each for the whole run (kafka-python,
+  librdkafka), a record every 8 s, on a broker that forgets an idle producer after 5 s
+  (``producer.id.expiration.ms``): its next record meets UNKNOWN_PRODUCER_ID or
+  OUT_OF_ORDER_SEQUENCE_NUMBER, and the client bumps its epoch (KIP-360). A client that asks
+  InitProducerId for it is a new PID to the plug-in and the same PID in the request log.
 
 Then ``pidquota run --once`` judges what the brokers saw twice, with the same quotas (10 new
 PIDs per W = 60 s for the flooding users, 1,000 for the others): the request log
@@ -40,7 +45,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # harness.*
 from scripts.kafka_broker import Cluster  # noqa: E402
 
 INITS = "pidquota-plugin-inits"
-USERS = ("crash-loop", "per-batch", "per-error", "alice", "carol", "steady")
+USERS = ("crash-loop", "per-batch", "per-error", "alice", "carol", "steady", "idle-py", "idle-rd")
 FLOODING = ("crash-loop", "per-batch", "per-error")
 
 
@@ -66,42 +71,55 @@ def _client(cluster: Cluster, user: str, until: float) -> None:
             time.sleep(0.05)
 
 
+def _confluent(cluster: Cluster, user: str):
+    from harness.clients import ConfluentProducer
+
+    return ConfluentProducer(
+        cluster.sasl_bootstrap, **{"client.id": f"{user}-app", "security.protocol": "SASL_PLAINTEXT",
+                                   "sasl.mechanism": "PLAIN", "sasl.username": user,
+                                   "sasl.password": cluster.users[user], "message.timeout.ms": 10_000}
+    )  # fmt: skip
+
+
 def _once(cluster: Cluster, user: str, until: float) -> None:
-    if user in ("crash-loop", "per-batch"):
+    if user.startswith("idle-"):
+        p = _kafka_python(cluster, user) if user == "idle-py" else _confluent(cluster, user)
+        try:
+            while time.time() < until:
+                p.send("bench", value=b"i")
+                p.flush()
+                time.sleep(8)
+        finally:
+            p.close()
+    elif user in ("crash-loop", "per-batch"):
         p = _kafka_python(cluster, user)
         for _ in range(1 if user == "crash-loop" else 10):
-            p.send("bench", b"x")
+            p.send("bench", value=b"x")
         p.flush()
         p.close()
     elif user == "per-error":
-        from harness.clients import ConfluentProducer
-
-        p = ConfluentProducer(
-            cluster.sasl_bootstrap, **{"client.id": "per-error-app", "security.protocol": "SASL_PLAINTEXT",
-                                       "sasl.mechanism": "PLAIN", "sasl.username": user,
-                                       "sasl.password": cluster.users[user], "message.timeout.ms": 10_000}
-        )  # fmt: skip
-        p.send("bench", b"x")
+        p = _confluent(cluster, user)
+        p.send("bench", value=b"x")
         p.flush()
         p.close()
     elif user == "alice":
         p = _kafka_python(cluster, user, transactional_id="alice-tx")
         p.init_transactions()
         p.begin_transaction()
-        p.send("bench", b"t")
+        p.send("bench", value=b"t")
         p.commit_transaction()
         p.close()
         time.sleep(2)
     elif user == "carol":
         p = _kafka_python(cluster, user)
-        p.send("bench", b"d")
+        p.send("bench", value=b"d")
         p.flush()
         p.close()
         time.sleep(2)
     else:  # steady
         p = _kafka_python(cluster, user)
         while time.time() < until:
-            p.send("bench", b"s").get(timeout=10)
+            p.send("bench", value=b"s").get(timeout=10)
             time.sleep(0.05)
         p.close()
 
@@ -167,7 +185,12 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="pidquota-plugin-agreement-") as tmp:
         tmp = Path(tmp)
-        cluster = Cluster(tmp / "kafka", plugin=plugin_jar(), kafka_version=args.version, jmx=True)
+        cluster = Cluster(
+            tmp / "kafka", plugin=plugin_jar(), kafka_version=args.version, jmx=True,
+            users={u: f"{u}-secret" for u in ("admin", *USERS)},
+            # an idle producer is forgotten after 5 s: its next record makes the client bump its epoch
+            extra={"producer.id.expiration.ms": "5000", "producer.id.expiration.check.interval.ms": "1000"},
+        )  # fmt: skip
         cluster.start()
         try:
             from kafka.admin import NewTopic

@@ -1,28 +1,31 @@
 """What the plug-in's sensing (publishing each InitProducerId it answers, issue 54) costs a
 broker, side by side with the plug-in without it and with Kafka's own ``StandardAuthorizer``.
 
-    python benchmarks/plugin_sensing.py [--rounds 3] [--version 4.1.1] [--flood 600] [--seconds 15]
+    python benchmarks/plugin_sensing.py [--pairs 4] [--version 4.1.1] [--flood 600] [--seconds 10]
 
-For each round, three fresh one-node brokers one after another (the order turns each round),
-the request log at WARN as Kafka ships it:
-
-- ``StandardAuthorizer``: Kafka's own;
-- ``plug-in, sensing off``: pidquota's plug-in with ``pidquota.plugin.inits.enable=false``;
-- ``plug-in, sensing on``: the plug-in publishing to its inits topic (made first, so it is on).
-
-The plug-in's state topic holds a heartbeat and another user's throttle, so it looks, as in a
-run. Each broker takes two loads, as a SASL/PLAIN user that is not a super user (every request
-goes through the authorizer):
+Two fresh one-node brokers, one after the other, the request log at WARN as Kafka ships it and
+``auto.create.topics.enable=false`` (else a producer's metadata request brings a deleted topic back):
+Kafka's own ``StandardAuthorizer``, then pidquota's plug-in (its state topic holding a heartbeat
+and another user's throttle, so it looks, as in a run). Each takes two loads, as a SASL/PLAIN
+user that is not a super user (every request goes through the authorizer), after a warm-up:
 
 - **normal mix**: Kafka's ``ProducerPerformance`` at a fixed 20,000 records/s of 100 bytes
-  (acks=all) for ``--seconds``, and 20 new idempotent PIDs a second beside it;
-- **init flood**: ``--flood`` InitProducerIds a second for ``--seconds`` (pipelined on one
-  connection, as a crash loop's inits arrive at a broker: each one a new PID), with
-  ``ProducerPerformance`` at 5,000 records/s beside it.
+  (acks=all), and 20 new idempotent PIDs a second beside it;
+- **init flood**: ``--flood`` InitProducerIds a second (pipelined on one connection, as a crash
+  loop's inits arrive at a broker: each one a new PID), with ``ProducerPerformance`` at 5,000
+  records/s beside it.
 
-Prints, per load and broker, the broker process's CPU seconds during the load (its own
-``/proc`` utime + stime; the median of the rounds), the ratios, ProducerPerformance's p99
-latency, and for sensing on the records published against the inits granted (none dropped).
+Each load runs in ``--pairs`` pairs of ``--seconds`` phases. On the plug-in's broker a pair is
+one phase with sensing off and one with it on, the first of them turning each pair: the plug-in
+publishes only to a topic that exists, so deleting its inits topic turns sensing off in the same
+broker process, and making it turns it on (each phase starts 7 s after, the plug-in's check
+having seen it). Side by side in one JVM, the pair's ratio is free of what differs between two
+brokers' runs (their JIT, their hour); the StandardAuthorizer's broker runs the same phases.
+
+Prints each phase's broker CPU seconds (the process's ``/proc`` utime + stime) and
+ProducerPerformance's p99 latency, then per load: sensing on / off (the median of the pairs'
+ratios), the plug-in off / StandardAuthorizer (medians of their phases), and the records
+published against the inits granted (none dropped).
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -120,20 +122,21 @@ def _inits(cluster: Cluster, rate: float, seconds: float) -> int:
     return granted
 
 
-def _broker(tmp: Path, name: str, jar: Path, version: str | None) -> Cluster:
+def _broker(tmp: Path, plugin: Path | None, version: str | None) -> Cluster:
+    tmp.mkdir(parents=True, exist_ok=True)
     log4j2 = tmp / "log4j2-off.yaml"  # the request log at WARN, as Kafka ships it
     log4j2.write_text(LOG4J2.read_text().replace("        level: DEBUG\n", "        level: WARN\n"))
-    plugin = None if name == BROKERS[0] else jar
-    extra = {"pidquota.plugin.inits.enable": "false"} if name == BROKERS[1] else {}
     cluster = Cluster(
-        tmp / name.replace(" ", "-").replace(",", ""),
+        tmp / ("plugin" if plugin else "standard"),
         users={"admin": "admin-secret", USER: f"{USER}-secret", "other": "other-secret"},
-        plugin=plugin, jmx=plugin is not None, kafka_version=version, log4j2=log4j2, extra=extra,
+        plugin=plugin, jmx=plugin is not None, kafka_version=version, log4j2=log4j2,
+        # as production clusters often run: a deleted inits topic stays deleted (sensing off)
+        extra={"auto.create.topics.enable": "false"},
     )  # fmt: skip
     cluster.start()
     from kafka.admin import NewTopic
 
-    from pidquota.actuate.plugin_state import PluginState, ensure_inits_topic
+    from pidquota.actuate.plugin_state import PluginState
     from pidquota.store.kafka import admin
 
     a = admin({"kafka.bootstrap.servers": cluster.bootstrap})
@@ -145,10 +148,23 @@ def _broker(tmp: Path, name: str, jar: Path, version: str | None) -> Cluster:
         state.beat(3_600_000)
         state.write("User:other", True)
         state.close()
-        if name == BROKERS[2]:
-            ensure_inits_topic({"kafka.bootstrap.servers": cluster.bootstrap}, INITS, 15_000, "")
-        time.sleep(7)  # the plug-in's next check sees the topics
     return cluster
+
+
+def _sensing(cluster: Cluster, on: bool) -> None:
+    """Sensing on (the inits topic made) or off (deleted), and the plug-in's next check passed."""
+    from pidquota.actuate.plugin_state import ensure_inits_topic
+    from pidquota.store.kafka import admin
+
+    options = {"kafka.bootstrap.servers": cluster.bootstrap}
+    if on:
+        ensure_inits_topic(options, INITS, 15_000, "")
+    else:
+        a = admin(options)
+        if INITS in a.list_topics():
+            a.delete_topics([INITS])
+        a.close()
+    time.sleep(7)
 
 
 def _load(cluster: Cluster, produce: int, inits: float, seconds: float) -> dict:
@@ -156,14 +172,11 @@ def _load(cluster: Cluster, produce: int, inits: float, seconds: float) -> dict:
     published0 = _published(cluster)
     cpu0 = cpu_seconds(node.proc.pid)
     perf = _perf(cluster, produce, seconds)
-    granted = [0]
-    flood = threading.Thread(target=lambda: granted.__setitem__(0, _inits(cluster, inits, seconds)))
-    flood.start()
-    flood.join()
+    granted = _inits(cluster, inits, seconds)
     p99 = _p99(perf)
     cpu = cpu_seconds(node.proc.pid) - cpu0
     time.sleep(1)  # the last records' acks
-    return {"cpu": cpu, "p99": p99, "granted": granted[0], "published": _published(cluster) - published0}
+    return {"cpu": cpu, "p99": p99, "granted": granted, "published": _published(cluster) - published0}
 
 
 def _published(cluster: Cluster) -> int:
@@ -176,39 +189,46 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rounds", type=int, default=3, help="rounds, each of the three brokers (3)")
+    parser.add_argument("--pairs", type=int, default=4, help="pairs of phases per load and broker (4)")
     parser.add_argument("--version", default=None, help="Apache Kafka version (the default broker's)")
     parser.add_argument(
         "--flood", type=float, default=600, help="InitProducerIds a second in the flood (600)"
     )
-    parser.add_argument("--seconds", type=float, default=15, help="each load's length (15)")
+    parser.add_argument("--seconds", type=float, default=10, help="each phase's length (10)")
     args = parser.parse_args()
     from harness.plugin import plugin_jar
 
-    jar = plugin_jar()
     loads = {"normal mix": (20_000, 20.0), "init flood": (5_000, args.flood)}
     got: dict[tuple[str, str], list[dict]] = {}
+    pairs: dict[str, list[float]] = {load: [] for load in loads}
     with tempfile.TemporaryDirectory(prefix="pidquota-plugin-sensing-") as tmp:
-        for r in range(args.rounds):
-            order = BROKERS[r % 3 :] + BROKERS[: r % 3]
-            for name in order:
-                cluster = _broker(Path(tmp) / str(r), name, jar, args.version)
-                try:
-                    for load, (produce, inits) in loads.items():
-                        m = _load(cluster, produce, inits, args.seconds)
-                        got.setdefault((load, name), []).append(m)
-                        print(
-                            f"  round {r + 1}, {load}, {name}: broker CPU {m['cpu']:.2f} s, p99 {m['p99']:.0f} ms, "
-                            f"inits granted {m['granted']:,}, published {m['published']:,}",
-                            flush=True,
-                        )
-                finally:
-                    cluster.stop()
-    _report(got, loads, args)
+        for plugin in (None, plugin_jar()):
+            cluster = _broker(Path(tmp), plugin, args.version)
+            try:
+                _load(cluster, 20_000, 100, args.seconds)  # warm-up: the JIT, the first segments
+                for load, (produce, inits) in loads.items():
+                    for k in range(args.pairs):
+                        pair = {}
+                        for on in (k % 2 == 0, k % 2 == 1):
+                            name = BROKERS[0] if plugin is None else BROKERS[2 if on else 1]
+                            if plugin is not None:
+                                _sensing(cluster, on)
+                            m = pair[on] = _load(cluster, produce, inits, args.seconds)
+                            got.setdefault((load, name), []).append(m)
+                            print(
+                                f"  {load}, pair {k + 1}, {name}: broker CPU {m['cpu']:.2f} s, p99 {m['p99']:.0f} ms, "
+                                f"inits granted {m['granted']:,}, published {m['published']:,}",
+                                flush=True,
+                            )
+                        if plugin is not None:
+                            pairs[load].append(pair[True]["cpu"] / pair[False]["cpu"])
+            finally:
+                cluster.stop()
+    _report(got, pairs, loads, args)
 
 
-def _report(got: dict, loads: dict, args) -> None:
-    print(f"\nmedian of {args.rounds} rounds, {args.seconds:g} s a load:")
+def _report(got: dict, pairs: dict, loads: dict, args) -> None:
+    print(f"\n{args.pairs} pairs of {args.seconds:g} s phases a load:")
     for load, (produce, inits) in loads.items():
         cpu = {n: statistics.median(m["cpu"] for m in got[(load, n)]) for n in BROKERS}
         p99 = {n: statistics.median(m["p99"] for m in got[(load, n)]) for n in BROKERS}
@@ -216,10 +236,11 @@ def _report(got: dict, loads: dict, args) -> None:
         granted = sum(m["granted"] for m in got[(load, on)])
         published = sum(m["published"] for m in got[(load, on)])
         print(
-            f"{load} ({produce:,} records/s, {inits:g} inits/s): broker CPU s "
+            f"{load} ({produce:,} records/s, {inits:g} inits/s): median broker CPU s "
             + ", ".join(f"{n} {cpu[n]:.2f}" for n in BROKERS)
-            + f"; sensing on / off {cpu[on] / cpu[BROKERS[1]]:.3f}x, / StandardAuthorizer "
-            f"{cpu[on] / cpu[BROKERS[0]]:.3f}x; produce p99 ms "
+            + f"; sensing on / off, median of the pairs {statistics.median(pairs[load]):.3f}x "
+            f"(each: {', '.join(f'{r:.3f}' for r in pairs[load])}); plug-in off / StandardAuthorizer "
+            f"{cpu[BROKERS[1]] / cpu[BROKERS[0]]:.3f}x; produce p99 ms "
             + ", ".join(f"{n} {p99[n]:.0f}" for n in BROKERS)
             + f"; sensing on published {published:,} of {granted:,} inits granted"
         )

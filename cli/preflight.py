@@ -116,7 +116,7 @@ def make_plugin_topic(url, config) -> None:
 
     if not registry.entry(config["pidquota.input.format"]).own_topic or any(c in url.topic for c in ",*"):
         return
-    from pidquota.actuate.plugin_state import ensure_inits_topic
+    from pidquota.actuate.plugin_state import INITS_TOPIC, ensure_inits_topic
     from pidquota.store.kafka import security_options
 
     options = {"kafka.bootstrap.servers": url.bootstrap, **security_options(config)}
@@ -124,7 +124,12 @@ def make_plugin_topic(url, config) -> None:
     if ensure_inits_topic(options, url.topic, timeout, config["pidquota.actuator.principal"]):
         print(
             f"pidquota: made the plug-in's inits topic {url.topic!r} on {url.bootstrap}; every broker's "
-            "plug-in publishes the InitProducerIds it answers there within 5 s",
+            "plug-in publishes the InitProducerIds it answers there within 10 s"
+            + (
+                ""
+                if url.topic == INITS_TOPIC
+                else f" if its pidquota.plugin.inits.topic says {url.topic} (its default: {INITS_TOPIC})"
+            ),
             file=sys.stderr,
         )
 

@@ -28,8 +28,10 @@ librdkafka does by asking) is a new PID here and not in the request log (docs/br
 
 A record that is not a JSON object with ``"v": 1`` is none of the plug-in's (another
 producer's, or a newer plug-in's): skipped and counted as ``not-a-plugin-init`` (or
-``plugin-init of another version``). One of the plug-in's with a field missing or of the wrong
-type, or too long, is a dead letter with the field named. No record fails the query.
+``plugin-init of another version``). One of the plug-in's with a required field (``at_ms``,
+``broker``, ``run``, ``seq``, ``principal``, ``outcome``) missing or of the wrong type, a text
+that is no Unicode (a lone surrogate), or longer than the plug-in writes, is a dead letter with
+the field named; a client field missing is not known (null). No record fails the query.
 
 Worked example: the records (User:a, broker 1, run r, seq 7, granted), the same record again,
 (User:a, transactional id "tx", granted), (User:a, seq 8, refused) and ``hello`` give one
@@ -65,7 +67,9 @@ OTHER_VERSION = "plugin-init of another version"
 REFUSED = "INIT_PRODUCER_ID refused"  # as the request log counts them
 DENIED = "INIT_PRODUCER_ID denied"
 VERSION = 1
-MAX_RECORD = 262_144  # bytes: a transactional id is at most 32,767 characters, the rest far less
+MAX_RECORD = (
+    1_048_576  # bytes, the plug-in producer's max.request.size: two ids of 32,767 characters, escaped
+)
 MAX_TIMESTAMP = 253_402_300_799_999
 _MASK = (1 << 63) - 1
 _OUTCOMES = ("granted", "refused", "denied")
@@ -142,6 +146,14 @@ def parse(raw: bytes, max_principal: int) -> tuple[str, dict | None]:
         if record.get(name) is not None and not isinstance(record[name], str):
             raise BadRecord(f"field {name} must be a text or null, got {jsontext.brief(record[name])}")
         record.setdefault(name, None)
+    for name in ("principal", "run", *_TEXTS):
+        if record[name] is not None and not record[name].isascii():
+            try:
+                record[name].encode("utf-8")
+            except UnicodeEncodeError as exc:  # JSON's \ud800 alone: no UTF-8 text holds it
+                raise BadRecord(
+                    f"field {name} holds a lone surrogate at character {exc.start}: not Unicode text"
+                ) from None
     if outcome != "granted":
         return outcome, None
     return outcome, {

@@ -107,6 +107,12 @@ def test_the_clients_identity_is_kept():
     assert client == ["app-1", "tx", "10.0.0.5", "apache-kafka-java 3.9.1", "1"]
 
 
+def test_the_longest_record_the_plugin_writes_is_read():
+    """Two ids of 32,767 control characters, each escaped to six bytes: ~393 kB, an init."""
+    value = record(client_id="\x01" * 32_767, txn="\x02" * 32_767)
+    assert len(value) > 390_000 and parse(value, 256)[0] == "granted"
+
+
 def test_inits_that_granted_nothing_are_counted_not_sighted():
     folded, dead, skipped = _screen(
         record(1, outcome="refused"), record(2, outcome="denied"), record(3, outcome="denied")
@@ -126,7 +132,12 @@ def test_inits_that_granted_nothing_are_counted_not_sighted():
         (record(run=""), 'field run must be a text of 1 to 64 characters, got ""'),
         (record(client_id=5), "field client_id must be a text or null, got 5"),
         (b'{"v":1,"outcome":"granted"}', "missing field at_ms"),
-        (record(txn="t" * 300_000), "a record of 300,"),
+        (record(txn="t" * 1_100_000), "a record of 1,100,"),
+        (
+            record(client_id="a\ud800b"),
+            "field client_id holds a lone surrogate at character 1: not Unicode text",
+        ),
+        (record(principal="User:\udc00"), "field principal holds a lone surrogate at character 5"),
     ],
 )
 def test_a_broken_record_of_the_plugin_is_a_dead_letter_naming_its_field(value, reason):
@@ -146,7 +157,7 @@ def test_a_broken_record_of_the_plugin_is_a_dead_letter_naming_its_field(value, 
         (b'{"v":2,"seq":1}', OTHER_VERSION),
         (b'{"v":true}', FOREIGN),
         (b"{" * 5000, FOREIGN),
-        (b"x" * 300_000, FOREIGN),
+        (b"x" * 1_100_000, FOREIGN),
     ],
 )
 def test_a_record_of_any_other_shape_is_skipped_and_counted(value, kind):

@@ -15,7 +15,6 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.requests.RequestContext;
-import org.apache.kafka.common.security.auth.KafkaPrincipal;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.server.authorizer.AuthorizableRequestContext;
 import org.slf4j.Logger;
@@ -44,16 +43,18 @@ import org.slf4j.LoggerFactory;
  * once. A daemon thread of its own drains the queue in batches into one producer ({@code acks=all},
  * {@code linger.ms} {@code LINGER_MS}, uncompressed, a buffer of {@code BUFFER} bytes), made only once the
  * topic exists (pidquota makes it; a producer would have the broker make it as a plain topic).
- * Worked example: 500 inits a second make 500 records of ~300 bytes, about 10 batches a second of
- * ~15 kB, on one thread; the request threads do an offer each (~1 µs).
+ * Worked example: 500 inits a second make 500 records of ~300 bytes, about 10 Produce requests a
+ * second of ~15 kB each (a 100 ms linger: each request costs the broker far more than its records,
+ * and with a 5 ms one sensing cost a 600-inits/s flood 1.27x the broker's CPU), on one thread; the
+ * request threads do an offer each (~1 µs).
  */
 final class InitsPublisher implements Runnable {
     private static final Logger LOG = LoggerFactory.getLogger(InitsPublisher.class);
     static final int CAPACITY = 10_000;
     static final int MAX_CHARS = 1 << 21;
-    static final int LINGER_MS = 5;
+    static final int LINGER_MS = 100;
     static final int BUFFER = 4 << 20;
-    static final int BATCH = 500;
+    static final int BATCH = 1000;
 
     enum Outcome { GRANTED, REFUSED, DENIED }
 
@@ -62,7 +63,7 @@ final class InitsPublisher implements Runnable {
     static final class Seen {
         final long atMs;
         final long seq;
-        final KafkaPrincipal principal;
+        final String principal;
         final String clientId;
         final InetAddress address;
         final String listener;
@@ -71,7 +72,7 @@ final class InitsPublisher implements Runnable {
         final String software;
         final int chars;
 
-        Seen(long atMs, long seq, KafkaPrincipal principal, String clientId, InetAddress address,
+        Seen(long atMs, long seq, String principal, String clientId, InetAddress address,
              String listener, String transactionalId, Outcome outcome, String software) {
             this.atMs = atMs;
             this.seq = seq;
@@ -82,8 +83,7 @@ final class InitsPublisher implements Runnable {
             this.transactionalId = transactionalId;
             this.outcome = outcome;
             this.software = software;
-            this.chars = 64 + len(principal.getName()) + len(principal.getPrincipalType()) + len(clientId)
-                + len(listener) + len(transactionalId) + len(software);
+            this.chars = 64 + len(principal) + len(clientId) + len(listener) + len(transactionalId) + len(software);
         }
     }
 
@@ -103,6 +103,8 @@ final class InitsPublisher implements Runnable {
     private volatile boolean droppedSaid;
     private KafkaProducer<byte[], byte[]> producer;
     private boolean broken;
+    private long brokenAt;
+    static final long REMAKE_NANOS = 60_000_000_000L;
     private int inARow;
     private boolean warned;
 
@@ -126,9 +128,11 @@ final class InitsPublisher implements Runnable {
         props.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "false");  // no PID: (run, seq) dedupes
         props.put(ProducerConfig.MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION, "1");  // order kept on retry
         props.put(ProducerConfig.LINGER_MS_CONFIG, Integer.toString(LINGER_MS));
-        props.put(ProducerConfig.BATCH_SIZE_CONFIG, Integer.toString(64 * 1024));
+        props.put(ProducerConfig.BATCH_SIZE_CONFIG, Integer.toString(256 * 1024));
         props.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, "none");  // read with no codec: ~150 kB/s at 500 inits/s
         props.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
+        // a retry is a WARN line of the producer's own in the broker's log: a second apart, not 100 ms
+        props.putIfAbsent(ProducerConfig.RETRY_BACKOFF_MS_CONFIG, "1000");
         props.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
         this.thread = new Thread(this, name + "-inits");
         thread.setDaemon(true);
@@ -169,7 +173,8 @@ final class InitsPublisher implements Runnable {
             return;
         }
         try {
-            Seen s = new Seen(System.currentTimeMillis(), seq.getAndIncrement(), context.principal(),
+            Seen s = new Seen(System.currentTimeMillis(), seq.getAndIncrement(),
+                PidQuotaAuthorizer.nameOf(context.principal()),
                 context.clientId(), context.clientAddress(), context.listenerName(), transactionalId, outcome,
                 software(context));
             if (chars.addAndGet(s.chars) > MAX_CHARS || !queue.offer(s)) {
@@ -212,20 +217,26 @@ final class InitsPublisher implements Runnable {
         while (running) {
             try {
                 Seen first = queue.poll(200, TimeUnit.MILLISECONDS);
+                if (!ready && producer != null) {  // the topic gone: no metadata request may make it again
+                    closeProducer();
+                }
                 if (first == null) {
                     continue;
                 }
                 batch.add(first);
                 queue.drainTo(batch, BATCH - 1);
                 for (Seen s : batch) {
-                    chars.addAndGet(-s.chars);
-                    send(s);
+                    chars.addAndGet(-s.chars);  // every one, before any send can throw
+                }
+                for (Seen s : batch) {
+                    try {
+                        send(s);
+                    } catch (RuntimeException e) {  // never the thread's end
+                        done(e);
+                    }
                 }
             } catch (InterruptedException e) {
                 return;
-            } catch (RuntimeException e) {  // never the thread's end
-                failed.addAndGet(batch.size());
-                said(e);
             } finally {
                 batch.clear();
             }
@@ -233,22 +244,27 @@ final class InitsPublisher implements Runnable {
     }
 
     private void send(Seen s) {
-        if (broken) {
-            failed.incrementAndGet();
-            return;
-        }
         if (producer == null) {
+            long now = System.nanoTime();
+            if (brokenAt != 0 && now - brokenAt < REMAKE_NANOS) {
+                failed.incrementAndGet();
+                return;
+            }
             try {
                 producer = new KafkaProducer<>(props);
-            } catch (Exception e) {  // a setting it refuses: no retry, no config dump each batch
-                broken = true;
+                brokenAt = 0;
+            } catch (Exception e) {  // a setting it refuses, an address not resolved: again in a minute
                 failed.incrementAndGet();
-                LOG.warn("pidquota plug-in: no inits published to {}: its producer cannot be made ({})", topic,
-                    e.toString());
+                if (brokenAt == 0 && !broken) {
+                    broken = true;
+                    LOG.warn("pidquota plug-in: no inits published to {}: its producer cannot be made ({}); "
+                        + "trying again every minute (said once)", topic, e.toString());
+                }
+                brokenAt = now;
                 return;
             }
         }
-        byte[] key = PidQuotaAuthorizer.nameOf(s.principal).getBytes(StandardCharsets.UTF_8);
+        byte[] key = s.principal.getBytes(StandardCharsets.UTF_8);
         byte[] value = json(s).getBytes(StandardCharsets.UTF_8);
         try {
             producer.send(new ProducerRecord<>(topic, null, s.atMs, key, value), (meta, e) -> done(e));
@@ -261,7 +277,7 @@ final class InitsPublisher implements Runnable {
         StringBuilder b = new StringBuilder(s.chars + 96);
         b.append("{\"v\":1,\"at_ms\":").append(s.atMs).append(",\"broker\":").append(brokerId)
             .append(",\"run\":\"").append(run).append("\",\"seq\":").append(s.seq).append(",\"principal\":");
-        quote(b, PidQuotaAuthorizer.nameOf(s.principal));
+        quote(b, s.principal);
         b.append(",\"client_id\":");
         quote(b, s.clientId);
         b.append(",\"client_address\":");
@@ -276,7 +292,8 @@ final class InitsPublisher implements Runnable {
         return b.append('}').toString();
     }
 
-    /** A JSON string (null: {@code null}): quotes, backslashes and control characters escaped. */
+    /** A JSON string (null: {@code null}): quotes, backslashes and control characters escaped, a
+     * lone surrogate written as U+FFFD (the record stays UTF-8, and pidquota reads it). */
     static void quote(StringBuilder b, String s) {
         if (s == null) {
             b.append("null");
@@ -287,7 +304,9 @@ final class InitsPublisher implements Runnable {
             char c = s.charAt(i);
             if (c == '"' || c == '\\') {
                 b.append('\\').append(c);
-            } else if (c < 0x20 || Character.isSurrogate(c) && !wellPaired(s, i)) {
+            } else if (Character.isSurrogate(c) && !wellPaired(s, i)) {
+                b.append("\\ufffd");  // no UTF-8 text holds a lone surrogate: the replacement character
+            } else if (c < 0x20) {
                 b.append(String.format("\\u%04x", (int) c));
             } else {
                 b.append(c);
@@ -296,8 +315,7 @@ final class InitsPublisher implements Runnable {
         b.append('"');
     }
 
-    /** Whether the surrogate at {@code i} is half of a pair (a lone one is escaped, so the record
-     * stays valid UTF-8). */
+    /** Whether the surrogate at {@code i} is half of a pair. */
     private static boolean wellPaired(String s, int i) {
         char c = s.charAt(i);
         if (Character.isHighSurrogate(c)) {
@@ -335,6 +353,15 @@ final class InitsPublisher implements Runnable {
         return s == null ? 0 : s.length();
     }
 
+    private void closeProducer() {
+        try {
+            producer.close(Duration.ofSeconds(2));
+        } catch (Exception e) {
+            LOG.debug("pidquota plug-in: closing its inits producer: {}", e.toString());
+        }
+        producer = null;
+    }
+
     void close() {
         running = false;
         thread.interrupt();
@@ -343,12 +370,8 @@ final class InitsPublisher implements Runnable {
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
-        if (producer != null) {
-            try {
-                producer.close(Duration.ofSeconds(2));
-            } catch (Exception e) {
-                LOG.debug("pidquota plug-in: closing its inits producer: {}", e.toString());
-            }
+        if (producer != null && !thread.isAlive()) {
+            closeProducer();
         }
     }
 }

@@ -84,8 +84,8 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     private StateReader reader;
     private StatusReporter reporter;
     private InitsPublisher inits;
-    /** The request this thread published at its first question (see {@link #sense}). */
-    private final ThreadLocal<AuthorizableRequestContext> said = new ThreadLocal<>();
+    /** Set while Kafka's own authorizeByResourceType asks authorize() inside ours. */
+    private final ThreadLocal<Boolean> asked = new ThreadLocal<>();
     private String initsTopic = DEFAULT_INITS_TOPIC;
     private boolean initsOn = true;
     private String statusTopic = DEFAULT_STATUS_TOPIC;
@@ -118,8 +118,9 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
             initsTopic = it.toString().trim();
         }
         Object on = configs.get(PREFIX + "inits.enable");
-        if (on != null) {
-            initsOn = !on.toString().trim().equalsIgnoreCase("false");
+        if (on != null) {  // read as a person types it, as the state topic's switch
+            String v = on.toString().trim().toLowerCase(Locale.ROOT);
+            initsOn = !(v.equals("false") || v.equals("off") || v.equals("0") || v.equals("no"));
         }
         for (Map.Entry<String, ?> e : configs.entrySet()) {
             if (e.getKey().startsWith(PREFIX + "consumer.")) {
@@ -195,8 +196,8 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
 
     @Override
     public List<AuthorizationResult> authorize(AuthorizableRequestContext context, List<Action> actions) {
-        if (context.requestType() != INIT_PRODUCER_ID) {
-            return super.authorize(context, actions);
+        if (context.requestType() != INIT_PRODUCER_ID || asked.get() != null) {
+            return super.authorize(context, actions);  // asked.get(): Kafka's own question inside ours
         }
         boolean no = refuses(context);
         List<AuthorizationResult> results;
@@ -225,21 +226,25 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
             audit(context, op, null, true);  // an idempotent producer's last question: its refusal
             result = AuthorizationResult.DENIED;
         } else {
-            result = super.authorizeByResourceType(context, op, resourceType);
+            // Kafka's default authorizeByResourceType asks authorize(WRITE, TOPIC "hardcode") first:
+            // that one is Kafka's, not the broker's, and our rule was just asked
+            asked.set(Boolean.TRUE);
+            try {
+                result = super.authorizeByResourceType(context, op, resourceType);
+            } finally {
+                asked.remove();
+            }
         }
-        if (said.get() == context) {  // published at its first question, IDEMPOTENT_WRITE
-            said.remove();
-        } else if (inits != null) {
+        if (inits != null) {  // the idempotent producer's answer: this question comes only after a DENIED
             inits.offer(context, null, outcome(no, result));
         }
         return result;
     }
 
     /** An InitProducerId's answer, published once per request ({@link InitsPublisher}): at a
-     * transactional id's WRITE; at an idempotent producer's IDEMPOTENT_WRITE when that is its
-     * answer (granted; or refused by pidquota's rule, when the broker asks once more and
-     * {@code said} keeps that from making a second record), else at its second question,
-     * {@code authorizeByResourceType(WRITE, TOPIC)} (Kafka's ACLs decide there). Never throws. */
+     * transactional id's WRITE; at an idempotent producer's IDEMPOTENT_WRITE when it is granted
+     * there, else at its second and last question, {@code authorizeByResourceType(WRITE, TOPIC)},
+     * which the broker asks only after a DENIED and whose answer is the request's. Never throws. */
     private void sense(AuthorizableRequestContext context, List<Action> actions, List<AuthorizationResult> results,
                        boolean no) {
         if (inits == null) {
@@ -254,11 +259,8 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
                     return;
                 }
                 if (a.operation() == AclOperation.IDEMPOTENT_WRITE && type == ResourceType.CLUSTER) {
-                    if (no || results.get(i) == AuthorizationResult.ALLOWED) {
-                        inits.offer(context, null, outcome(no, results.get(i)));
-                        if (no) {
-                            said.set(context);
-                        }
+                    if (!no && results.get(i) == AuthorizationResult.ALLOWED) {
+                        inits.offer(context, null, InitsPublisher.Outcome.GRANTED);
                     }
                     return;
                 }

@@ -63,6 +63,8 @@ final class StateReader implements Runnable {
     private final Runnable tick;
     /** pidquota's other topics, where the plug-in writes (status, inits): whether each exists. */
     private final Map<String, Boolean> written = new java.util.concurrent.ConcurrentHashMap<>();
+    /** pidquota's topics the plug-in may not describe, as said (once each). */
+    private final Set<String> unwritable = new HashSet<>();
     private final AtomicLong skipped = new AtomicLong();
     private final AtomicLong read = new AtomicLong();
     private volatile boolean running = true;
@@ -185,7 +187,10 @@ final class StateReader implements Runnable {
         names.add(topic);
         Map<String, KafkaFuture<TopicDescription>> described = admin.describeTopics(names).topicNameValues();
         for (String name : written.keySet()) {  // the plug-in's reports and inits go without a state topic
-            written.put(name, seen(described.get(name)));
+            Boolean exists = seen(name, described.get(name));
+            if (exists != null) {  // a timeout keeps what was last known
+                written.put(name, exists);
+            }
         }
         TopicDescription d;
         try {
@@ -217,12 +222,25 @@ final class StateReader implements Runnable {
         return null;
     }
 
-    /** Whether a described topic exists (false too when it cannot be known). */
-    private static boolean seen(KafkaFuture<TopicDescription> described) throws InterruptedException {
+    /** Whether a topic the plug-in writes exists: null when that cannot be known now (a timeout,
+     * the cluster busy); false when it is missing, or not to be described by the plug-in's principal
+     * (said once, until it can be again: the plug-in writes nothing there meanwhile). */
+    private Boolean seen(String name, KafkaFuture<TopicDescription> described) throws InterruptedException {
         try {
-            return described.get(20, TimeUnit.SECONDS) != null;
-        } catch (ExecutionException | java.util.concurrent.TimeoutException e) {
-            return false;
+            Boolean exists = described.get(20, TimeUnit.SECONDS) != null;
+            if (unwritable.remove(name)) {
+                LOG.info("pidquota plug-in: it may describe {} again", name);
+            }
+            return exists;
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof TopicAuthorizationException && unwritable.add(name)) {
+                LOG.warn("pidquota plug-in: not allowed to describe {}: it writes nothing there until it may; grant "
+                    + "the principal of its clients (pidquota.plugin.consumer.*) DESCRIBE and WRITE on it", name);
+            }
+            return e.getCause() instanceof java.util.concurrent.TimeoutException
+                || e.getCause() instanceof org.apache.kafka.common.errors.TimeoutException ? null : false;
+        } catch (java.util.concurrent.TimeoutException e) {
+            return null;
         }
     }
 

@@ -55,13 +55,13 @@ class InitsPublisherTest {
     @Test
     void aRecordIsOneLineOfJsonWithEveryTextEscaped() {
         InitsPublisher p = publisher();
-        InitsPublisher.Seen s = new InitsPublisher.Seen(1000, 3, new KafkaPrincipal("User", "a\"b\\c"),
+        InitsPublisher.Seen s = new InitsPublisher.Seen(1000, 3, "User:a\"b\\c",
             "id\n\u0001x", InetAddress.getLoopbackAddress(), "SASL", "tx-\ud800", InitsPublisher.Outcome.GRANTED, null);
         String json = p.json(s);
         assertTrue(json.startsWith("{\"v\":1,\"at_ms\":1000,\"broker\":7,\"run\":\""), json);
         assertTrue(json.contains("\"seq\":3,\"principal\":\"User:a\\\"b\\\\c\",\"client_id\":\"id\\u000a\\u0001x\""), json);
         assertTrue(json.contains("\"client_address\":\"127.0.0.1\",\"listener\":\"SASL\""), json);
-        assertTrue(json.contains("\"transactional_id\":\"tx-\\ud800\",\"outcome\":\"granted\",\"software\":null}"), json);
+        assertTrue(json.contains("\"transactional_id\":\"tx-\\ufffd\",\"outcome\":\"granted\",\"software\":null}"), json);
         assertEquals(-1, json.indexOf('\n'));
     }
 
