@@ -3,7 +3,9 @@ InitProducerId a broker answered, published by pidquota's broker plug-in to its 
 (``pidquota-plugin-inits``; ``plugin/``'s ``InitsPublisher``), so no broker needs its request
 log at DEBUG.
 
-Each record is one line of JSON, keyed by its principal::
+Each init is one line of JSON; a record holds one principal's inits of a moment, a line each
+(the plug-in gathers a flood's inits for 50 ms: one record where there would be dozens), keyed
+by the principal::
 
     {"v":1,"at_ms":1764000000123,"broker":1,"run":"c3a9...","seq":42,"principal":"User:alice",
      "client_id":"app-1","client_address":"10.0.0.5","listener":"SASL_SSL",
@@ -169,6 +171,17 @@ def parse(raw: bytes, max_principal: int) -> tuple[str, dict | None]:
     }
 
 
+def _lines(values: list) -> list[tuple[int, bytes]]:
+    """Each record's lines, with the record's row (an empty record is one empty line: counted)."""
+    out = []
+    for i, value in enumerate(values):
+        if value and b"\n" in value:
+            out += [(i, line) for line in value.split(b"\n") if line.strip()] or [(i, b"")]
+        else:
+            out.append((i, value or b""))
+    return out
+
+
 class PluginInitsScreen:
     """Record batches in; folded sightings, dead letters and counts out (nothing left over)."""
 
@@ -179,8 +192,8 @@ class PluginInitsScreen:
     def screen(self, batch: pa.RecordBatch):
         sources = sources_of(batch)
         events, letters, skipped = [], [], Counter()
-        for i, value in enumerate(batch.column("value").to_pylist()):
-            raw = value or b""
+        for i, line in _lines(batch.column("value").to_pylist()):
+            raw = line
             try:
                 outcome, event = parse(raw, self.max_principal)
             except Foreign as kind:

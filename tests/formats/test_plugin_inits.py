@@ -165,10 +165,34 @@ def test_a_record_of_any_other_shape_is_skipped_and_counted(value, kind):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(st.binary(max_size=80), st.builds(record, seq=st.integers(0, 2**40))), max_size=20))
-def test_every_record_is_accounted_for_and_none_raises(values):
+@given(
+    st.lists(
+        st.lists(
+            st.one_of(st.binary(max_size=80), st.builds(record, seq=st.integers(0, 2**40))),
+            min_size=1,
+            max_size=4,
+        ),
+        max_size=10,
+    )
+)
+def test_every_line_of_every_record_is_accounted_for_and_none_raises(records):
+    values = [b"\n".join(lines) for lines in records]
+    expected = sum(max(1, sum(1 for line in v.split(b"\n") if line.strip())) for v in values)
     folded, dead, skipped = _screen(*values)
-    assert sum(len(r["f_producer_ids"]) for r in folded) + len(dead) + sum(skipped.values()) == len(values)
+    assert sum(len(r["f_producer_ids"]) for r in folded) + len(dead) + sum(skipped.values()) == expected
+
+
+def test_a_record_of_several_lines_is_an_init_a_line():
+    """The plug-in gathers a principal's inits of 50 ms into one record, a line each."""
+    folded, dead, skipped = _screen(
+        record(1) + b"\n" + record(2, outcome="refused") + b"\n" + record(3, seq_text=True), record(4)
+    )
+    (row,) = folded
+    assert len(row["f_producer_ids"]) == 2 and skipped == {REFUSED: 1}
+    (letter,) = dead
+    assert (
+        letter["source"] == "pidquota-plugin-inits/0@0" and letter["raw"] == record(3, seq_text=True).decode()
+    )
 
 
 def test_the_sniffer_knows_a_plugin_record_from_a_json_event():
