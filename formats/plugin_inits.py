@@ -171,7 +171,7 @@ def parse(raw: bytes, max_principal: int) -> tuple[str, dict | None]:
     }
 
 
-def _lines(values: list) -> list[tuple[int, bytes]]:
+def record_lines(values: list) -> list[tuple[int, bytes]]:
     """Each record's lines, with the record's row (an empty record is one empty line: counted)."""
     out = []
     for i, value in enumerate(values):
@@ -192,7 +192,7 @@ class PluginInitsScreen:
     def screen(self, batch: pa.RecordBatch):
         sources = sources_of(batch)
         events, letters, skipped = [], [], Counter()
-        for i, line in _lines(batch.column("value").to_pylist()):
+        for i, line in record_lines(batch.column("value").to_pylist()):
             raw = line
             try:
                 outcome, event = parse(raw, self.max_principal)

@@ -100,7 +100,10 @@ def pytest_runtest_teardown(item):
 # Every Spark JVM the tests start, in this process or a `pidquota run` of theirs: C1 alone. A
 # test's JVM lives seconds to minutes, and C2's compiling is a third of its CPU, which two
 # pytest workers on two cores run short of (pidquota.spark.java.options).
-TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+# C1 alone compiles fast; its code cache is 48 MB by default, and one worker's session, alive for
+# the whole suite, filled it ("CodeCache is full. Compiler has been disabled", then its JVM died
+# and every later Spark test of that worker failed): 240 MB, as a tiered JVM has.
+TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 os.environ.setdefault("PIDQUOTA_SPARK_JAVA_OPTIONS", TEST_JAVA_OPTIONS)
 # ...and no Spark web UI: nobody looks at it during a test, and its server and listeners cost
 # a `pidquota run --once` about 2.5 of its 25 CPU seconds (Spark's launcher reads this variable;

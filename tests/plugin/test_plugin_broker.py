@@ -140,7 +140,8 @@ INITS = "pidquota-plugin-inits"
 
 
 def _inits_after(broker, ends: dict, want: int, timeout_s: float = 15) -> list[dict]:
-    """The inits topic's records after ``ends`` (partition -> offset), once ``want`` are there."""
+    """The inits topic's records after ``ends`` (partition -> offset), once ``want`` inits (lines)
+    are there, and a second more."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
@@ -149,7 +150,7 @@ def _inits_after(broker, ends: dict, want: int, timeout_s: float = 15) -> list[d
     for tp in parts:
         consumer.seek(tp, ends[tp.partition])
     got, deadline = [], time.monotonic() + timeout_s
-    while len(got) < want and time.monotonic() < deadline:
+    while sum(v.count(b"\n") + 1 for _, v in got) < want and time.monotonic() < deadline:
         for records in consumer.poll(500).values():
             got += [(r.key, r.value) for r in records]
     time.sleep(1)  # none more than asked for
@@ -206,9 +207,10 @@ def test_each_init_is_published_once_with_who_asked_and_the_answer(broker):
     )
     txn.init_transactions()
     txn.close(timeout=2)
-    got = _inits_after(broker, ends, 4)
-    records = [json.loads(v) for _, v in got]
-    assert [k.decode() for k, _ in got] == [r["principal"] for r in records]  # keyed by principal
+    got = _inits_after(broker, ends, 4)  # the inits of 200 ms: a record per principal, a line each
+    lines = [(k, line) for k, v in got for line in v.split(b"\n")]
+    records = [json.loads(line) for _, line in lines]
+    assert [k.decode() for k, _ in lines] == [r["principal"] for r in records]  # keyed by principal
     seen = sorted((r["principal"], r["client_id"], r["transactional_id"], r["outcome"]) for r in records)
     assert seen == [
         ("User:alice", "app-1", None, "granted"),
@@ -221,7 +223,7 @@ def test_each_init_is_published_once_with_who_asked_and_the_answer(broker):
         assert r["software"] and r["software"].startswith("kafka-python")
         assert abs(r["at_ms"] - now) < 120_000
     assert len({(r["run"], r["seq"]) for r in records}) == 4
-    outcomes = [parse(v, 256) for _, v in got]
+    outcomes = [parse(line, 256) for _, line in lines]
     assert sorted(o for o, _ in outcomes) == ["granted", "granted", "granted", "refused"]
     assert _stats(broker, "InitsDropped") == 0 and _stats(broker, "InitsFailed") == 0
     _state(broker, [("t:User:bob", None)])
