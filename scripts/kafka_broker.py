@@ -105,17 +105,38 @@ def fetch(kafka_version: str | None = None, quiet: bool = True) -> Path:
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct free loopback ports. Their sockets stay bound until all are chosen: one
-    at a time, the kernel may hand out a port it just gave, and a node once got its PLAINTEXT
-    and CONTROLLER listeners on one port (the format refuses that, and the broker never starts)."""
-    sockets = [socket.socket() for _ in range(n)]
+    """``n`` distinct free loopback ports, below the kernel's range of ephemeral ports. A port
+    the kernel hands out for ``bind(0)`` is one it also hands out as the local end of an outgoing
+    connection: in the seconds before a broker binds it, another process's client took one
+    (``Address already in use``, a broker that never started, one run in three of the suite).
+    Random ports under that range are never taken so; each is bound while the others are
+    chosen, so none is given twice, and one in use now is passed over."""
+    import random
+
+    low = _ephemeral_low()
+    sockets: list[socket.socket] = []
     try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
+        while len(sockets) < n:
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", random.randrange(10_000, low) if low > 11_000 else 0))
+            except OSError:
+                s.close()
+                continue
+            sockets.append(s)
         return [s.getsockname()[1] for s in sockets]
     finally:
         for s in sockets:
             s.close()
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel gives outgoing connections (Linux's ip_local_port_range), or
+    32768, IANA's and Linux's default, where it cannot be read."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
 def _die_with_parent() -> None:
