@@ -44,12 +44,8 @@ from pidquota.conf.formats import entry
 from pidquota.formats.folded import (
     FOLDED,
     as_binary,
-    client_column,
-    fold,
-    folded_batch,
-    judged_batch,
     principal_problem,
-    sightings_schema,
+    screened_rows,
     sources_of,
 )
 
@@ -145,13 +141,7 @@ class CsvScreen:
                 letters.append(
                     json.dumps({"raw": raw, "reason": str(exc), "source": sources[i]}, ensure_ascii=False)
                 )
-        if events:
-            table = pa.Table.from_pylist(events, schema=sightings_schema("client_id"))
-            yield folded_batch(fold(table.append_column("client", client_column(table))), self.schema)
-        if skipped:
-            letters.append(json.dumps({"skipped": dict(skipped)}))
-        if letters:
-            yield judged_batch(letters, self.schema)
+        yield from screened_rows(events, ("client_id",), letters, skipped, self.schema)
 
 
 class Csv:

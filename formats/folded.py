@@ -15,6 +15,7 @@ and ``("User:b", [9], [11], [-1], ..., max_ts 11)``, whatever order they came in
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -136,6 +137,20 @@ def judged_batch(dead: list[str], schema: pa.Schema) -> pa.RecordBatch:
     cols += [pa.array(dead, pa.string()), pa.array(np.zeros(n, dtype=bool))]
     cols += [pa.nulls(n, f.type) for f in schema][len(cols) :]
     return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def screened_rows(
+    events: list[dict], clients: tuple[str, ...], letters: list[str], skipped, schema: pa.Schema
+):
+    """A screen's rows for one batch: its sightings (dicts of :func:`sightings_schema` with
+    ``clients``) folded, then its dead letters (JSON texts) and its skipped lines per kind."""
+    if events:
+        table = pa.Table.from_pylist(events, schema=sightings_schema(*clients))
+        yield folded_batch(fold(table.append_column("client", client_column(table))), schema)
+    if skipped:
+        letters = [*letters, json.dumps({"skipped": dict(sorted(skipped.items()))})]
+    if letters:
+        yield judged_batch(letters, schema)
 
 
 # A source option: screen the lines in the source itself, with this principal length

@@ -54,12 +54,8 @@ from pidquota.conf.formats import entry
 from pidquota.formats.folded import (
     FOLDED,
     as_binary,
-    client_column,
-    fold,
-    folded_batch,
-    judged_batch,
     principal_problem,
-    sightings_schema,
+    screened_rows,
     sources_of,
 )
 
@@ -209,13 +205,7 @@ class PluginInitsScreen:
                 skipped[REFUSED if outcome == "refused" else DENIED] += 1
             else:
                 events.append(event)
-        if events:
-            table = pa.Table.from_pylist(events, schema=sightings_schema(*CLIENTS))
-            yield folded_batch(fold(table.append_column("client", client_column(table))), self.schema)
-        if skipped:
-            letters.append(json.dumps({"skipped": dict(sorted(skipped.items()))}))
-        if letters:
-            yield judged_batch(letters, self.schema)
+        yield from screened_rows(events, CLIENTS, letters, skipped, self.schema)
 
 
 class PluginInits:
