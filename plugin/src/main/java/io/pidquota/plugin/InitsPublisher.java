@@ -17,7 +17,6 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.requests.RequestContext;
-import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.server.authorizer.AuthorizableRequestContext;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -116,17 +115,7 @@ final class InitsPublisher implements Runnable {
     InitsPublisher(String topic, int brokerId, Map<String, Object> clientConfigs, String name) {
         this.topic = topic;
         this.brokerId = brokerId;
-        for (Map.Entry<String, Object> e : clientConfigs.entrySet()) {
-            if (ProducerConfig.configNames().contains(e.getKey())) {
-                props.put(e.getKey(), e.getValue());
-            }
-        }
-        props.putIfAbsent(ProducerConfig.RECONNECT_BACKOFF_MS_CONFIG, "2000");
-        props.putIfAbsent(ProducerConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, "60000");
-        props.putIfAbsent(ProducerConfig.CLIENT_ID_CONFIG, name + "-inits");
-        props.putIfAbsent("metadata.recovery.strategy", "none");  // as the reader's admin client
-        props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        props.putAll(StatusReporter.producerBase(clientConfigs, name + "-inits"));
         props.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "2000");  // its own thread's wait, never a request's
         props.put(ProducerConfig.BUFFER_MEMORY_CONFIG, Integer.toString(BUFFER));
         props.put(ProducerConfig.ACKS_CONFIG, "all");

@@ -49,17 +49,7 @@ final class StatusReporter {
     StatusReporter(String topic, int brokerId, Map<String, Object> clientConfigs, String name) {
         this.topic = topic;
         this.brokerId = brokerId;
-        for (Map.Entry<String, Object> e : clientConfigs.entrySet()) {
-            if (ProducerConfig.configNames().contains(e.getKey())) {
-                props.put(e.getKey(), e.getValue());
-            }
-        }
-        props.putIfAbsent(ProducerConfig.RECONNECT_BACKOFF_MS_CONFIG, "2000");
-        props.putIfAbsent(ProducerConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, "60000");
-        props.putIfAbsent(ProducerConfig.CLIENT_ID_CONFIG, name + "-status");
-        props.putIfAbsent("metadata.recovery.strategy", "none");  // as the reader's admin client
-        props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        props.putAll(producerBase(clientConfigs, name + "-status"));
         props.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "0");
         props.put(ProducerConfig.BUFFER_MEMORY_CONFIG, Integer.toString(BUFFER));
         props.put(ProducerConfig.ACKS_CONFIG, "1");
@@ -67,6 +57,25 @@ final class StatusReporter {
         props.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "5000");
         props.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "10000");
         props.put(ProducerConfig.LINGER_MS_CONFIG, "0");
+    }
+
+    /** What each of the plug-in's producers takes: the operator's client settings a producer
+     * knows (pidquota.plugin.consumer.*), quiet reconnects, no rebootstrapping spin (as the
+     * reader's admin client), byte arrays. */
+    static Properties producerBase(Map<String, Object> clientConfigs, String clientId) {
+        Properties props = new Properties();
+        for (Map.Entry<String, Object> e : clientConfigs.entrySet()) {
+            if (ProducerConfig.configNames().contains(e.getKey())) {
+                props.put(e.getKey(), e.getValue());
+            }
+        }
+        props.putIfAbsent(ProducerConfig.RECONNECT_BACKOFF_MS_CONFIG, "2000");
+        props.putIfAbsent(ProducerConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, "60000");
+        props.putIfAbsent(ProducerConfig.CLIENT_ID_CONFIG, clientId);
+        props.putIfAbsent("metadata.recovery.strategy", "none");
+        props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        return props;
     }
 
     long failed() {
