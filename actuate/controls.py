@@ -279,6 +279,14 @@ class Controls:
     def topic_writers(self, topic: str) -> list[AclBinding]:
         """Every ALLOW ACL that lets a principal write ``topic`` (WRITE or ALL; literal,
         prefixed or wildcard: Kafka's MATCH filter)."""
+        return [
+            b for b in self.topic_acls(topic) if b.permission == "ALLOW" and b.operation in ("WRITE", "ALL")
+        ]
+
+    def topic_acls(self, topic: str) -> list[AclBinding]:
+        """Every ACL that matches ``topic`` (literal, prefixed or wildcard: Kafka's MATCH
+        filter), of any operation, ALLOW or DENY: where there is none,
+        ``allow.everyone.if.no.acl.found`` decides who may use it."""
         from kafka.admin import (
             ACLFilter,
             ACLOperation,
@@ -289,20 +297,19 @@ class Controls:
         )
 
         matching = ResourcePatternFilter(ResourceType.TOPIC, topic, ACLResourcePatternType.MATCH)
-        wanted = ACLFilter(None, None, ACLOperation.ANY, ACLPermissionType.ALLOW, matching)
+        wanted = ACLFilter(None, None, ACLOperation.ANY, ACLPermissionType.ANY, matching)
         found = self._describe_acls(wanted, f"the ACLs of topic {topic!r}")
         return [
             AclBinding(
                 a.principal,
                 a.operation.name,
-                "ALLOW",
+                a.permission_type.name,
                 "TOPIC",
                 a.resource_pattern.resource_name,
                 pattern=a.resource_pattern.pattern_type.name,
                 host=a.host,
             )
             for a in found
-            if a.operation in (ACLOperation.WRITE, ACLOperation.ALL)
         ]
 
     def broker_configs(self, *names: str) -> dict[int, dict[str, str]]:

@@ -291,6 +291,37 @@ def ensure_inits_topic(options: dict, topic: str, timeout_ms: int, principal: st
     return True
 
 
+def inits_writers(controls, topic: str, own: str) -> list[str]:
+    """Who besides the brokers may write the plug-in's inits topic, a phrase each: whoever may
+    can have pidquota throttle any user, with inits made up in that user's name. The brokers
+    write it as super users, no ACL needed; every ALLOW ACL of WRITE or ALL that matches the
+    topic (literal, prefixed, wildcard) lets someone else. Where no ACL matches it at all,
+    ``allow.everyone.if.no.acl.found`` decides: every principal may, unless every broker shows
+    it false. Such a topic is first given pidquota's ``own`` read ACLs, as at its creation:
+    any ACL on a topic closes it to all but super users and whom the ACLs name. Worked
+    example: ACLs ``ALLOW READ User:pidquota`` and ``ALLOW WRITE User:app-*`` (prefixed) give
+    one phrase, the second's; no ACL, ``own`` empty and the brokers' default (true) give
+    "every principal ..."."""
+    acls = controls.topic_acls(topic)
+    if not acls and own:
+        try:
+            for binding in topic_bindings(own, topic):
+                if binding.operation in ("DESCRIBE", "READ"):
+                    controls.write(binding, True)
+        except ControlError as exc:  # no ALTER on the cluster: the check says who may write
+            log.warning("pidquota: the plug-in's inits topic %r got no ACLs: %s", topic, exc)
+        acls = controls.topic_acls(topic)
+    if acls:
+        return [b.name for b in acls if b.permission == "ALLOW" and b.operation in ("WRITE", "ALL")]
+    found = controls.broker_configs("allow.everyone.if.no.acl.found")
+    if found and all(c["allow.everyone.if.no.acl.found"].lower() == "false" for c in found.values()):
+        return []
+    return [
+        "every principal: no ACL matches the topic, and the brokers do not show "
+        "allow.everyone.if.no.acl.found=false"
+    ]
+
+
 def keep_newest(reports: dict[int, Report], report: Report | None) -> None:
     """``report`` in ``reports`` unless it is none, or older than the one held for its broker."""
     held = reports.get(report.broker) if report is not None else None

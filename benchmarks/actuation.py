@@ -6,7 +6,7 @@ Apache Kafka itself.
 Starts a fresh one-node broker (scripts/kafka_broker.py: SASL/PLAIN, the request log at
 DEBUG) and ``pidquota run --follow`` on its request log with the actuator on
 (``request-quota``), W = 60 s, every user's ``producer_ids_rate`` 5, a hold of ``--hold``
-seconds and a trigger every second. Then, one user after another, a kafka-python crash loop
+seconds and a trigger every second (``--trigger-ms``). Then, one user after another, a kafka-python crash loop
 (a new producer per record) runs for ``--loop`` seconds and stops.
 
 Per user, from the run's own outputs and the broker's request log:
@@ -123,9 +123,10 @@ def _first_refused(logs: list[Path]) -> dict[str, int]:
     return first
 
 
-def _first_refused_published(cluster: Cluster) -> dict[str, int]:
+def _first_refused_published(cluster: Cluster, lags: list[float]) -> dict[str, int]:
     """Per principal, the broker time (ms) of its first InitProducerId refused, from the plug-in's
-    own records in its inits topic (every broker publishes there)."""
+    own records in its inits topic (every broker publishes there); in ``lags``, each init's wait in
+    the plug-in (its record's timestamp, when the plug-in sent it, less the init's ``at_ms``), s."""
     from kafka import TopicPartition
 
     from pidquota.store.kafka import consumer
@@ -138,10 +139,12 @@ def _first_refused_published(cluster: Cluster) -> dict[str, int]:
     while any(c.position(tp) < ends[tp] for tp in parts):
         for records in c.poll(500).values():
             for r in records:
-                init = json.loads(r.value)
-                if init.get("outcome") == "refused":
-                    who = init["principal"]
-                    first[who] = min(first.get(who, init["at_ms"]), init["at_ms"])
+                for line in r.value.splitlines():  # a record holds a line per init
+                    init = json.loads(line)
+                    lags.append((r.timestamp - init["at_ms"]) / 1000)
+                    if init.get("outcome") == "refused":
+                        who = init["principal"]
+                        first[who] = min(first.get(who, init["at_ms"]), init["at_ms"])
     c.close()
     return first
 
@@ -162,6 +165,17 @@ def _refusals(out: Path, users: list[str], refused: dict[str, int]) -> list[floa
         else:
             print(f"  {user}: throttled {len(mine)}, refused {f'User:{user}' in refused}: not measured")
     return gaps
+
+
+def _batch_seconds(checkpoint: Path) -> list[float]:
+    """Each micro-batch's time, from Spark's checkpoint: its offsets written (planned) to its
+    commit written (its outputs and the actuator's work done), s."""
+    took = []
+    for commit in (checkpoint / "commits").glob("[0-9]*"):
+        planned = checkpoint / "offsets" / commit.name
+        if planned.exists():
+            took.append(commit.stat().st_mtime - planned.stat().st_mtime)
+    return took
 
 
 def _timings(out: Path, users: list[str]) -> tuple[list[float], list[float]]:
@@ -190,6 +204,9 @@ def main() -> None:
     parser.add_argument("--hold", type=float, default=5.0, help="pidquota.actuator.hold.ms, in seconds (5)")
     parser.add_argument(
         "--mechanism", default="request-quota", help="pidquota.actuator.mechanism (request-quota)"
+    )
+    parser.add_argument(
+        "--trigger-ms", type=int, default=1000, help="the run's pidquota.trigger.interval.ms (1000)"
     )
     parser.add_argument("--brokers", type=int, default=1, help="KRaft nodes, each broker and controller (1)")
     parser.add_argument(
@@ -235,7 +252,7 @@ def main() -> None:
             cmd = [
                 sys.executable, "-m", "pidquota", "run", "--input", *source, "--output", str(out),
                 "--quotas", str(quotas), "--set", f"producer.id.quota.window.size.seconds={WINDOW_S}",
-                "--set", "pidquota.trigger.interval.ms=1000", "--set", "pidquota.actuator=on",
+                "--set", f"pidquota.trigger.interval.ms={args.trigger_ms}", "--set", "pidquota.actuator=on",
                 "--set", f"pidquota.actuator.bootstrap={cluster.bootstrap}",
                 "--set", f"pidquota.actuator.hold.ms={int(args.hold * 1000)}",
                 "--set", f"pidquota.actuator.mechanism={args.mechanism}",
@@ -257,14 +274,16 @@ def main() -> None:
                 os.killpg(proc.pid, signal.SIGINT)  # the run's end lifts what is still held
                 proc.wait(120)
             act, undo = _timings(tmp / "out", users)
+            batches = _batch_seconds(tmp / "out" / "_checkpoint")
             logs = [n.request_log for n in cluster.nodes]
+            lags: list[float] = []
             if plugin is None:
                 refuse = []
             else:
                 firsts = (
                     _first_refused(logs)
                     if args.input != "plugin-inits"
-                    else _first_refused_published(cluster)
+                    else _first_refused_published(cluster, lags)
                 )
                 refuse = _refusals(tmp / "out", users, firsts)
             by_api, forwarded = _requests(cluster.nodes[0].request_log)
@@ -284,8 +303,17 @@ def main() -> None:
         print(
             f"refuse: first over-quota init -> first InitProducerId a broker refused, {len(refuse)} users: "
             f"p50 {pct(refuse, 50):.1f} s, p99 {pct(refuse, 99):.1f} s ({args.brokers} broker(s), "
-            f"the run reading {args.input})"
+            f"the run reading {args.input}); each: {', '.join(f'{r:.2f}' for r in refuse)}"
         )
+    if lags:
+        print(
+            f"published: an init's wait in the plug-in before it is sent, {len(lags):,} inits: "
+            f"p50 {pct(lags, 50):.2f} s, p99 {pct(lags, 99):.2f} s"
+        )
+    print(
+        f"batches: {len(batches)}, from planned to committed p50 {pct(batches, 50):.2f} s, "
+        f"p99 {pct(batches, 99):.2f} s (the trigger every {args.trigger_ms / 1000:g} s)"
+    )
     print(f"actions: {dict(counted)}; quota changes (apply + undo): {changes}")
     per = {api: round(n / max(changes, 1), 1) for api, n in by_api.most_common()}
     print(f"requests from the actuator's clients per change, by API: {per}")

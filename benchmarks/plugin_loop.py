@@ -61,9 +61,10 @@ def inits(cluster: Cluster, since_ms: int, until_ms: int) -> Counter:
     while any(c.position(tp) < ends[tp] for tp in parts):
         for records in c.poll(500).values():
             for r in records:
-                init = json.loads(r.value)
-                if since_ms <= init["at_ms"] < until_ms:
-                    seen[(init["outcome"], init["client_id"])] += 1
+                for line in r.value.splitlines():  # a record holds a line per init
+                    init = json.loads(line)
+                    if since_ms <= init["at_ms"] < until_ms:
+                        seen[(init["outcome"], init["client_id"])] += 1
     c.close()
     return seen
 

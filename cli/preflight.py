@@ -116,12 +116,14 @@ def make_plugin_topic(url, config) -> None:
 
     if not registry.entry(config["pidquota.input.format"]).own_topic or any(c in url.topic for c in ",*"):
         return
+    from pidquota.actuate.journal import own_principal
     from pidquota.actuate.plugin_state import INITS_TOPIC, ensure_inits_topic
     from pidquota.store.kafka import security_options
 
     options = {"kafka.bootstrap.servers": url.bootstrap, **security_options(config)}
     timeout = config["pidquota.kafka.connect.timeout.ms"]
-    if ensure_inits_topic(options, url.topic, timeout, config["pidquota.actuator.principal"]):
+    own = config["pidquota.actuator.principal"] or own_principal(options)
+    if ensure_inits_topic(options, url.topic, timeout, own):
         print(
             f"pidquota: made the plug-in's inits topic {url.topic!r} on {url.bootstrap}; every broker's "
             "plug-in publishes the InitProducerIds it answers there within 10 s"
@@ -132,6 +134,37 @@ def make_plugin_topic(url, config) -> None:
             ),
             file=sys.stderr,
         )
+    check_inits_writers(options, url.topic, own, config)
+
+
+def check_inits_writers(options: dict, topic: str, own: str, config) -> None:
+    """At every start on the plug-in's inits topic: who besides the brokers may write it
+    (``actuate/plugin_state.inits_writers``). Whoever may can have pidquota throttle any user:
+    refused when the run acts, unless ``pidquota.actuator.plugin.others.may.write``; else said."""
+    from pidquota.actuate.controls import ControlError, Controls
+    from pidquota.actuate.plugin_state import inits_writers
+
+    controls = Controls(options, timeout_ms=config["pidquota.kafka.connect.timeout.ms"])
+    try:
+        others = inits_writers(controls, topic, own)
+    except ControlError as exc:
+        others = [f"not known ({exc}; pidquota's principal needs DESCRIBE on the cluster to read ACLs)"]
+    finally:
+        controls.close()
+    if not others:
+        return
+    said = (
+        f"the plug-in's inits topic {topic!r} may be written by others than the brokers: {'; '.join(others)}. "
+        "Whoever writes it can have pidquota throttle any user (inits made up in its name)"
+    )
+    if config["pidquota.actuator"] != "on" or config["pidquota.actuator.plugin.others.may.write"]:
+        print(f"pidquota: {said}", file=sys.stderr)
+        return
+    raise ConfigError(
+        f"{said}: remove those ACLs (kafka-acls.sh --remove), or give the topic an ACL (any: "
+        f"pidquota's READ{f' for {own}' if own else ''}) so that only super users, the brokers, write it; "
+        "or set pidquota.actuator.plugin.others.may.write=true to act on it anyway"
+    )
 
 
 # the source a checkpoint belongs to ------------------------------------------------------------

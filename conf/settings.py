@@ -792,8 +792,9 @@ SETTINGS: tuple[Setting, ...] = (
         "write it can refuse any user new PIDs, or lift pidquota's throttles.",
         "With the broker-plugin mechanism, act through a state topic that principals other than "
         "pidquota's may write (an ALLOW ACL of another principal, a wildcard or prefixed one, or "
-        "no ACL where the brokers allow everyone): each is said at every start. false: such a "
-        "topic is refused at start, with the ACL that lets whom.",
+        "no ACL where the brokers allow everyone); and act on the plug-in's inits topic as input "
+        "when others than the brokers may write it (who may can have any user throttled): each "
+        "is said at every start. false: such a topic is refused at start, with the ACL that lets whom.",
     ),
     Setting(
         "pidquota.actuator.plugin.hand.over",

@@ -164,10 +164,12 @@ def java_cmd(
     extra_jars: tuple[Path, ...] = (),
     jmx_port: int | None = None,
     java: str | None = None,
+    c2: bool = False,
 ) -> list[str]:
     """The command line of a JVM running ``main`` on ``libs``; ``java``: the runtime (default the
     ``java`` on PATH; a Kafka 3.9 broker may run on Java 11). The class-data archive is the
-    default runtime's alone."""
+    default runtime's alone. ``c2``: both of the JVM's compilers, as a production broker runs
+    (a cost benchmark's); else C1 alone."""
     default = shutil.which("java")
     if java is None and default is None:
         raise BrokerError("java is not installed: Apache Kafka 4.x needs Java 17 or later")
@@ -196,7 +198,7 @@ def java_cmd(
         "-Xms64m",
         # a test's or a trial's broker, lightly loaded: C1 alone, without C2's compile threads,
         # spends about a third less CPU (what a 2-core test machine runs short of)
-        "-XX:TieredStopAtLevel=1",
+        *([] if c2 else ["-XX:TieredStopAtLevel=1"]),
         "-Djava.awt.headless=true",
         *props,
         "-cp",
@@ -261,7 +263,8 @@ class Cluster:
     settings (``{"num.partitions": "3"}``); ``log4j2`` is the logging file (default
     ``docker/kafka/log4j2.yaml``; ``docker/kafka/log4j.properties`` for Kafka 3.x); ``plugin``,
     pidquota's broker plug-in jar (``plugin/``): it is the authorizer then, reading its state
-    topic through the node's own PLAINTEXT listener."""
+    topic through the node's own PLAINTEXT listener; ``c2``: the JVM's both compilers, as in
+    production (a cost benchmark), else C1 alone (less CPU for a lightly loaded test broker)."""
 
     def __init__(
         self,
@@ -275,9 +278,11 @@ class Cluster:
         plugin: Path | None = None,
         jmx: bool = False,
         java: str | None = None,
+        c2: bool = False,
     ):
         self.workdir = Path(workdir)
         self.java = java
+        self.c2 = c2
         self.plugin = Path(plugin) if plugin else None
         self.jmx = jmx
         self.users = users or {u: f"{u}-secret" for u in USERS}
@@ -402,6 +407,7 @@ class Cluster:
             extra_jars=jars,
             jmx_port=node.jmx_port if self.jmx else None,
             java=self.java,
+            c2=self.c2,
         )
         node.out_from = node.stdout.stat().st_size if node.stdout.exists() else 0
         with node.stdout.open("a") as out:

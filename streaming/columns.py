@@ -67,6 +67,12 @@ DECISION_FIELDS = (
     "client",
 )
 DECISION_ARRAYS = {name: f"d_{name}" for name in DECISION_FIELDS}  # field -> the operator's column
+# On the metrics row of a principal with no quota (no verdicts, so no decision's address):
+# its batch's distinct client addresses, when the actuator acts by address. The address book
+# (``actuate/addresses.py``) then knows every principal's addresses, not only the limited ones',
+# so a connection rate never lands on an address an unlimited principal uses. An operator
+# column, never an output one.
+SEEN_ADDRESSES = "seen_addresses"
 DEAD_LETTER_COLUMNS = ("raw", "reason", "source")
 SKIPPED_COLUMNS = ("what", "count")
 # The actuator's rows (``pidquota.actuate.actuator.Action``, and the batch that led to them),

@@ -170,10 +170,33 @@ def on_timeout(states: PrincipalStates, principal: str, watermark: int, settings
         states.set_timer(principal, max(quota.evict_at_ms(), watermark + 1))
 
 
-def _untracked_metrics(principal: str, rate, ts: np.ndarray, ignored: int, stale: bool) -> list:
-    """The metrics row of a principal with no state: unlimited, or only PID < 0 so far."""
+MAX_SEEN_ADDRESSES = 1_000  # an unlimited principal's addresses a batch: a bound, whatever it sends
+
+
+def seen_addresses(clients: tuple[np.ndarray, np.ndarray] | None) -> list[str] | None:
+    """The distinct client addresses among a principal's PIDs' clients, sorted (None: none
+    named), at most ``MAX_SEEN_ADDRESSES``: ``["a␟␟10.0.0.5␟␟", "b␟␟10.0.0.5␟␟1"]`` gives
+    ``["10.0.0.5"]``."""
+    if clients is None:
+        return None
+    found: set[str] = set()
+    for joined in set(clients[1].tolist()):
+        known = client.Client.parse(joined)
+        if known is not None and known.address:
+            found.add(known.address)
+            if len(found) >= MAX_SEEN_ADDRESSES:
+                break
+    return sorted(found) or None
+
+
+def _untracked_metrics(
+    principal: str, rate, ts: np.ndarray, ignored: int, stale: bool, addresses: list[str] | None = None
+) -> list:
+    """The metrics row of a principal with no state: unlimited, or only PID < 0 so far;
+    ``addresses``, its batch's (:data:`SEEN_ADDRESSES`)."""
     n = len(ts)
     return _row(
+        seen_addresses=addresses,
         kind=KIND_METRIC,
         principal=principal,
         timestamp=int(ts.max()),
@@ -245,14 +268,17 @@ def judge_principal(
     stale: bool,
     settings,
     replay_until: int | None = None,
+    addresses: bool = False,
 ) -> list:
-    """One principal's events of this batch: its metrics row, its verdicts in arrays."""
+    """One principal's events of this batch: its metrics row, its verdicts in arrays; with
+    ``addresses``, an untracked principal's row names its batch's client addresses."""
     ts, pids, epochs, clients = sightings
     ignored = int((pids < 0).sum())
     blob = states.get(principal)
     if rate is None or (ignored == len(ts) and blob is None):
         states.remove(principal)  # unlimited now, or nothing to track: no state, nothing to decide
-        return _untracked_metrics(principal, rate, ts, ignored, stale)
+        seen = seen_addresses(clients) if addresses else None
+        return _untracked_metrics(principal, rate, ts, ignored, stale, seen)
     if blob is not None:
         quota = PrincipalQuota.from_bytes(blob, settings)
         quota.apply_rate(rate)
@@ -264,7 +290,7 @@ def judge_principal(
 
 
 def make_state_function(
-    quotas: QuotaSource, settings: QuotaSettings, replay_until: int | None = None
+    quotas: QuotaSource, settings: QuotaSettings, replay_until: int | None = None, addresses: bool = False
 ) -> Callable[[tuple, Iterator[pd.DataFrame], object], Iterator[pd.DataFrame]]:
     """The function given to ``applyInPandasWithState``, closing over the quota
     source, the settings and the replay time (shipped to the executors once). Its
@@ -288,7 +314,15 @@ def make_state_function(
                 rate = resolve(snapshot, principal)
                 judged.append(
                     judge_principal(
-                        principal, sightings, states, watermark, rate, stale, settings, replay_until
+                        principal,
+                        sightings,
+                        states,
+                        watermark,
+                        rate,
+                        stale,
+                        settings,
+                        replay_until,
+                        addresses,
                     )
                 )
         for principal in states.due(watermark, touched):

@@ -119,8 +119,15 @@ class PrincipalProcessor(StatefulProcessor):
     passed, so it is filed under 95,000 (slot 5), whose timer fires in the first
     batch with the watermark past 95,000, exactly when the group layout looks at it."""
 
-    def __init__(self, quotas: QuotaSource, settings: QuotaSettings, replay_until: int | None = None):
+    def __init__(
+        self,
+        quotas: QuotaSource,
+        settings: QuotaSettings,
+        replay_until: int | None = None,
+        addresses: bool = False,
+    ):
         self.quotas, self.settings, self.replay_until = quotas, settings, replay_until
+        self.addresses = addresses  # untracked principals' addresses (operator.judge_principal)
 
     def init(self, handle) -> None:
         self.handle = handle
@@ -138,7 +145,9 @@ class PrincipalProcessor(StatefulProcessor):
         snapshot, stale = self.quotas.snapshot(), bool(self.quotas.stale)
         states, settings, until = MapStates(self.quota), self.settings, self.replay_until
         judged = [
-            judge_principal(p, s, states, watermark, resolve(snapshot, p), stale, settings, until)
+            judge_principal(
+                p, s, states, watermark, resolve(snapshot, p), stale, settings, until, self.addresses
+            )
             for p, s in unfold(pdf).items()
         ]
         self._file(states.moved)

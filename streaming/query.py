@@ -231,18 +231,29 @@ def enforcer(
     ``replay_until``: events before it only rebuild state (``streaming/replay.py``)."""
     settings = QuotaSettings.from_config(config)
     grouped = operator_input(lines, config, screen)
+    addresses = acts_by_address(config)
     if config["pidquota.state.layout"] == "principals":  # one state entry per principal
         from pidquota.streaming.principals import PrincipalProcessor
 
         principals_layout_needs(lines.sparkSession)
-        processor = PrincipalProcessor(quotas, settings, replay_until)
+        processor = PrincipalProcessor(quotas, settings, replay_until, addresses)
         judged = grouped.transformWithStateInPandas(processor, OPERATOR_SCHEMA, "Append", "EventTime")
     else:
-        judge = make_state_function(quotas, settings, replay_until)
+        judge = make_state_function(quotas, settings, replay_until, addresses)
         judged = grouped.applyInPandasWithState(
             judge, OPERATOR_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
         )
     return judged
+
+
+def acts_by_address(config: Config) -> bool:
+    """Whether the actuator may put a connection rate on client addresses (its mechanism
+    ``request-quota+connection-rate``, or ``auto``, which may pick it): then every principal's
+    addresses go to its address book, the unlimited ones' too (``columns.SEEN_ADDRESSES``)."""
+    return config["pidquota.actuator"] != "off" and config["pidquota.actuator.mechanism"] in (
+        "auto",
+        "request-quota+connection-rate",
+    )
 
 
 def operator_input(lines: DataFrame, config: Config, screen: bool = True):

@@ -15,7 +15,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from pidquota.streaming.columns import CLIENT_COLUMNS, DECISION_ARRAYS
+from pidquota.streaming.columns import CLIENT_COLUMNS, DECISION_ARRAYS, SEEN_ADDRESSES
 
 # The output rows (decisions, metrics, dead letters, skipped counts) in one schema, ``kind``
 # telling them apart; the operator emits OPERATOR_SCHEMA, which the sinks unfold into these.
@@ -73,6 +73,7 @@ OPERATOR_SCHEMA = StructType(
             StructField(column, ArrayType(_DECISION_TYPES.get(name) or OUTPUT_SCHEMA[name].dataType))
             for name, column in DECISION_ARRAYS.items()
         ),
+        StructField(SEEN_ADDRESSES, ArrayType(StringType())),
     ]
 )
 OPERATOR_COLUMNS = tuple(f.name for f in OPERATOR_SCHEMA.fields)

@@ -26,7 +26,13 @@ import pyarrow.compute as pc
 
 from pidquota.quota import ADMIT, THROTTLE
 from pidquota.quota.client import SEP
-from pidquota.streaming.columns import CLIENT_COLUMNS, DECISION_ARRAYS, DECISION_FIELDS, KIND_DECISION
+from pidquota.streaming.columns import (
+    CLIENT_COLUMNS,
+    DECISION_ARRAYS,
+    DECISION_FIELDS,
+    KIND_DECISION,
+    SEEN_ADDRESSES,
+)
 
 ARRAYS = tuple(DECISION_ARRAYS.values())  # the operator's columns beyond the output's
 _PER_PRINCIPAL = ("principal", "quota")  # a decision row takes these from its principal's row
@@ -37,7 +43,7 @@ def output_rows(table: pa.Table) -> pa.Table:
     ``d_`` arrays (output rows already) is returned as it is."""
     if ARRAYS[0] not in table.column_names:
         return table
-    own = table.drop_columns(list(ARRAYS))
+    own = table.drop_columns([*ARRAYS, *([SEEN_ADDRESSES] if SEEN_ADDRESSES in table.column_names else [])])
     ids = table[DECISION_ARRAYS["producer_id"]].combine_chunks()
     parent = pc.list_parent_indices(ids)
     n = len(parent)

@@ -35,6 +35,7 @@ from pidquota.streaming.columns import (
     KIND_DEAD,
     KIND_METRIC,
     OUTPUTS,
+    SEEN_ADDRESSES,
 )
 from pidquota.streaming.outputs import retention
 from pidquota.streaming.outputs.jsonl import jsonl_bytes
@@ -215,7 +216,10 @@ class JsonlSink:
 
     def _write(self, batch_df, batch_id: int) -> None:
         # one collect, of a row per principal; Arrow keeps int64 ints with nulls intact
-        table = self._marked(output_rows(batch_df.toArrow()))
+        raw = batch_df.toArrow()
+        by_address = self.act is not None and getattr(self.act, "by_address", False)
+        unlimited = _unlimited_addresses(raw) if by_address else []
+        table = self._marked(output_rows(raw))
         parts = _parts(table, batch_id)
         if self.guard is not None and self.guard.watching:  # before anything of the batch is out
             _guard(self.guard, parts)
@@ -232,7 +236,7 @@ class JsonlSink:
         if self.act is not None:
             metrics_rows = _enforced(BatchFrames(parts)["metrics"])
             candidates = _maybe_throttled(metrics_rows, set(self.act.acted))
-            addresses = _addresses(parts["decisions"]) if getattr(self.act, "by_address", False) else []
+            addresses = _addresses(parts["decisions"]) + unlimited if by_address else []
             clients = _clients(parts["decisions"]) if getattr(self.act, "by_client", False) else []
             rows = self.act(candidates.to_dict("records"), addresses, clients)
             actions = self.record_actions(rows, batch_id)
@@ -332,6 +336,22 @@ def _addresses(decisions: pa.Table) -> list[tuple[str, str, bool]]:
     return list(
         zip(*(seen[c].to_pylist() for c in ("principal", "client_address", "throttled")), strict=True)
     )
+
+
+def _unlimited_addresses(operator_rows: pa.Table) -> list[tuple[str, str, bool]]:
+    """The batch's principals without a quota, with each client address they used
+    (``columns.SEEN_ADDRESSES``), as the address book takes them: ``(principal, address,
+    False)``. The limited principals' addresses come from their decisions."""
+    if SEEN_ADDRESSES not in operator_rows.column_names:
+        return []
+    named = operator_rows.filter(pc.is_valid(operator_rows[SEEN_ADDRESSES]))
+    return [
+        (principal, address, False)
+        for principal, seen in zip(
+            named["principal"].to_pylist(), named[SEEN_ADDRESSES].to_pylist(), strict=True
+        )
+        for address in seen
+    ]
 
 
 def _set(table: pa.Table, column: str, where, value) -> pa.Table:

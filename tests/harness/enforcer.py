@@ -39,6 +39,7 @@ class Enforcer:
         self.screen = self.config["pidquota.principal.max.length"]  # as the CLI: lines screened in the source
         self.last_progress = None
         self.replay_until = replay_until  # as run --replay-until
+        self.act = None  # the actuator the sink hands each batch to (runner.BatchActuator's interface)
 
     def run(self, events: list, name: str = "events") -> dict[str, pd.DataFrame]:
 
@@ -100,7 +101,7 @@ class Enforcer:
 
         # the CLI's sink: the format guard re-reads the first dead letters (issue 44's poison pill was there)
         guard = FormatGuard(self.config["pidquota.input.format"], "the test's input")
-        sink = JsonlSink(self.out, kafka=kafka_out, replay_until=self.replay_until, guard=guard)
+        sink = JsonlSink(self.out, kafka=kafka_out, replay_until=self.replay_until, guard=guard, act=self.act)
         output = q.enforcer(lines, self.config, self.quotas, replay_until=self.replay_until)
         query = q.start(output, sink, str(self.out / "_ck"), True, 0)
         try:

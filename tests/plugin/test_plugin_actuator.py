@@ -341,6 +341,51 @@ def test_an_unguarded_state_topic_is_guarded_for_pidquotas_principal_or_refused(
         act.close()
 
 
+def test_who_besides_the_brokers_may_write_the_inits_topic_is_refused_or_said(broker, capsys):
+    """Issue 54: whoever may write the plug-in's inits topic can have pidquota throttle any user
+    (inits made up in its name). At every start: a topic made by pidquota (its READ ACL) passes;
+    another principal's WRITE stops a run that acts, naming the ACL, in one line, and is said
+    when allowed or when the run does not act; a topic no ACL guards, where the broker lets
+    everyone in, is guarded for pidquota's principal, and then the flooding user cannot write it."""
+    from kafka.errors import KafkaError as ClientError
+
+    from pidquota.actuate.controls import AclBinding
+    from pidquota.actuate.plugin_state import ensure_inits_topic
+    from pidquota.cli.preflight import check_inits_writers
+    from pidquota.conf.errors import ConfigError
+    from pidquota.conf.loader import load
+
+    options = {"kafka.bootstrap.servers": broker.bootstrap}
+    acting = load(overrides={"pidquota.actuator": "on"}, environ={})
+    assert ensure_inits_topic(options, "inits-guarded", 15_000, "User:pidquota")
+    check_inits_writers(options, "inits-guarded", "User:pidquota", acting)  # its READ ACL alone
+    bob = AclBinding("User:bob", "WRITE", "ALLOW", "TOPIC", "inits-guarded")
+    admin = Controls(options)
+    try:
+        admin.write(bob, True)
+        with pytest.raises(ConfigError) as err:
+            check_inits_writers(options, "inits-guarded", "User:pidquota", acting)
+        text = str(err.value)
+        assert "acl ALLOW WRITE on TOPIC:inits-guarded for User:bob" in text and len(text.splitlines()) == 1
+        assert "pidquota.actuator.plugin.others.may.write=true" in text
+        capsys.readouterr()
+        check_inits_writers(options, "inits-guarded", "User:pidquota", load(environ={}))  # not acting: said
+        assert "User:bob" in capsys.readouterr().err
+    finally:
+        admin.write(bob, False)
+        admin.close()
+    assert ensure_inits_topic(options, "inits-open", 15_000, "")  # made with no ACL: open to all
+    with pytest.raises(ConfigError, match="every principal: no ACL matches the topic"):
+        check_inits_writers(options, "inits-open", "", acting)
+    check_inits_writers(options, "inits-open", "User:ANONYMOUS", acting)  # guarded now
+    producer = _producer(broker, "crash-loop")
+    try:
+        with pytest.raises(ClientError, match="TopicAuthorization"):
+            producer.send("inits-open", value=b'{"v":1}').get(timeout=10)
+    finally:
+        producer.close(timeout=2)
+
+
 def _request_logger(broker, level: str) -> None:
     """The broker's ``kafka.request.logger`` level, set live (KIP-412), as an operator would."""
     from kafka.admin import ConfigResource, ConfigResourceType

@@ -177,3 +177,55 @@ def test_parser_edges(make_enforcer, tmp_path):
         else:
             assert reason in dead[raw], (raw[:80], dead.get(raw))
     assert out["metrics"].events.sum() == sum(r is None for r in EDGES.values())
+
+
+class _AddressBookOnly:
+    """The sink's actuator interface (``actuate/runner.BatchActuator``), acting on nothing:
+    it keeps the address book a connection-rate actuator keeps."""
+
+    by_address, acted = True, {}
+
+    def __init__(self):
+        from pidquota.actuate.addresses import AddressBook
+
+        self.book = AddressBook()
+
+    def batch_begins(self):
+        pass
+
+    def batch_ends(self):
+        pass
+
+    def __call__(self, rows, addresses, clients):
+        self.book.add(addresses)
+        return []
+
+
+def test_the_address_book_sees_an_unlimited_users_address_through_the_query(make_enforcer, tmp_path):
+    """Issue 54: only the decisions (the limited principals') fed the address book, so a
+    connection rate could land on an address an unlimited user shares. Through the real query
+    on the plug-in's records: User:crash floods from 10.0.0.5 and 10.0.0.6, User:free (no
+    quota) uses 10.0.0.5; the book keeps 10.0.0.6 alone as User:crash's own."""
+    import json
+
+    def init(seq, principal, address):
+        return json.dumps(
+            {
+                "v": 1, "at_ms": 1_764_000_000_000 + seq * 100, "broker": 1, "run": "c3a9", "seq": seq,
+                "principal": principal, "client_id": "app", "client_address": address,
+                "listener": "PLAINTEXT", "transactional_id": None, "outcome": "granted", "software": None,
+            },
+            separators=(",", ":"),  # as the plug-in writes it
+        )  # fmt: skip
+
+    lines = [init(i, "User:crash", f"10.0.0.{5 + i % 2}") for i in range(8)]
+    lines += [init(100 + i, "User:free", "10.0.0.5") for i in range(3)]
+    runner = make_enforcer(
+        tmp_path,
+        {"User:crash": 1},
+        **{"pidquota.input.format": "plugin-inits", "pidquota.actuator": "on"},
+    )
+    runner.act = _AddressBookOnly()
+    out = runner.run_lines(lines)
+    assert (out["decisions"].verdict == "THROTTLE").sum() > 0
+    assert runner.act.book.shared("10.0.0.5") and runner.act.book.exclusive("User:crash") == ("10.0.0.6",)

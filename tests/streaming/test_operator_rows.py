@@ -69,3 +69,40 @@ def test_without_clients_the_decisions_name_none():
     decisions = quota.judge_batch(*sightings[:3])
     row = _judged("User:a", quota, decisions, 1, 0, False)
     assert row[_INDEX["d_client"]] == [None] and row[_INDEX["client_id"]] is None
+
+
+def test_an_unlimited_principals_row_names_the_addresses_it_used_when_the_actuator_acts_by_address(
+    monkeypatch,
+):
+    """Issue 54: the address book saw only the principals with a quota (their decisions name
+    their addresses), so a connection rate could land on an address an unlimited user shares.
+    An unlimited principal's metrics row now names its batch's distinct client addresses,
+    bounded, and only where the actuator may act by address."""
+    import pidquota.streaming.operator as operator
+    from pidquota.quota.states import PrincipalStates
+
+    joined = [
+        Client("a", address="10.0.0.5").joined(),
+        Client("b", address="10.0.0.5", broker="1").joined(),
+        Client("c", address="10.0.0.7").joined(),
+        Client("d").joined(),  # no address
+    ]
+    sightings = (
+        np.arange(4, dtype=np.int64),
+        np.arange(1, 5, dtype=np.int64),
+        np.zeros(4, dtype=np.int64),
+        (np.arange(1, 5, dtype=np.int64), np.asarray(joined, dtype=object)),
+    )
+    settings = QuotaSettings(window_ms=60_000)
+
+    def row(**more):
+        states = PrincipalStates()
+        return operator.judge_principal("User:free", sightings, states, 0, None, False, settings, **more)
+
+    assert row(addresses=True)[_INDEX["seen_addresses"]] == ["10.0.0.5", "10.0.0.7"]
+    assert row()[_INDEX["seen_addresses"]] is None  # the actuator does not act by address
+    monkeypatch.setattr(operator, "MAX_SEEN_ADDRESSES", 1)
+    assert len(row(addresses=True)[_INDEX["seen_addresses"]]) == 1  # a bound, whatever it sends
+    limited = PrincipalStates()
+    tracked = operator.judge_principal("User:a", sightings, limited, 0, 10, False, settings, addresses=True)
+    assert tracked[_INDEX["seen_addresses"]] is None  # its decisions name its addresses

@@ -40,22 +40,25 @@ import org.slf4j.LoggerFactory;
  * <p>On the request thread, {@link #offer} only stores references in a bounded queue (at most
  * {@code CAPACITY} inits and {@code MAX_CHARS} characters of text: a few MiB whatever the
  * requests hold) and never blocks or throws: a full queue drops the init, counts it and says so
- * once. A daemon thread of its own wakes at an init, gathers for {@code GATHER_MS}, and sends what
- * it gathered as one record per principal (its key: a principal's inits keep their order, one
- * request in flight), its inits a line each, through one producer ({@code acks=all}, uncompressed,
- * a buffer of {@code BUFFER} bytes) made only once the topic exists (pidquota makes it; a
- * producer would have the broker make it as a plain topic). The cost is the producer's per record
- * and per request, not per init: sent a record per init, a 600-inits/s flood cost the broker 1.2x
- * its CPU; gathered, its two threads cost about 11 ms of CPU a second, at 20 inits/s as at 600.
- * Worked example: a crash loop's 500 inits a second make 5 records a second of 100 lines each
- * (~30 kB); the request threads do an offer each (~1 µs).
+ * once. A daemon thread of its own wakes at an init and sends at most once a {@code GATHER_MS}:
+ * an init after a quiet spell at once, the rest gathered until the next send is due. It sends as
+ * one record per principal (its key: a principal's inits keep their order, one request in
+ * flight), its inits a line each, through one producer ({@code acks=all}, uncompressed, a buffer
+ * of {@code BUFFER} bytes) made only once the topic exists (pidquota makes it; a producer would
+ * have the broker make it as a plain topic). The cost is per send, not per init (the producer's
+ * request, the broker's handling of it): sent a record per init, a 600-inits/s flood cost the
+ * broker 1.2x its CPU; a send each 200 ms, its two threads ~12 ms of CPU a second, at 20 inits/s
+ * as at 600; each 500 ms, ~8 ms. Worked example: a crash loop's 500 inits a second make 2 records
+ * a second of 250 lines each (~75 kB); an init every 2 s goes as it comes; the request threads
+ * do an offer each (~1 µs).
  */
 final class InitsPublisher implements Runnable {
     private static final Logger LOG = LoggerFactory.getLogger(InitsPublisher.class);
     static final int CAPACITY = 10_000;
     static final int MAX_CHARS = 1 << 21;
     static final int LINGER_MS = 0;
-    static final int GATHER_MS = 200;
+    static final int GATHER_MS = 500;
+    static final long GATHER_NANOS = GATHER_MS * 1_000_000L;
     static final int RECORD_CHARS = 256 * 1024;
     static final int BUFFER = 4 << 20;
     static final int BATCH = 1000;
@@ -109,6 +112,7 @@ final class InitsPublisher implements Runnable {
     private boolean broken;
     private long brokenAt;
     static final long REMAKE_NANOS = 60_000_000_000L;
+    private long lastSend = System.nanoTime() - GATHER_NANOS;
     private int inARow;
     private boolean warned;
 
@@ -218,9 +222,13 @@ final class InitsPublisher implements Runnable {
                     continue;
                 }
                 batch.add(first);
-                // a flood's records one wake-up a GATHER_MS, not one each: a thread woken 600 times a
-                // second cost more than the records themselves
-                Thread.sleep(GATHER_MS);
+                // at most one send a GATHER_MS: a flood's inits go a few times a second, gathered (the
+                // producer's cost is per send, not per init); an init after a quiet spell goes at once
+                long wait = lastSend + GATHER_NANOS - System.nanoTime();
+                if (wait > 0) {
+                    TimeUnit.NANOSECONDS.sleep(wait);
+                }
+                lastSend = System.nanoTime();
                 queue.drainTo(batch, BATCH - 1);
                 for (Seen s : batch) {
                     chars.addAndGet(-s.chars);  // every one, before any send can throw
