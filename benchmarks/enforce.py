@@ -258,14 +258,15 @@ class Load:
     another's Python), until :meth:`stop`; ``acked`` counts each steady producer's
     acknowledged records, ``errors`` each client's errors."""
 
-    def __init__(self, cluster: Cluster):
+    def __init__(self, cluster: Cluster, extra: tuple[str, ...] = ()):
+        """``extra``: more clients, each a method ``_<name>`` of a subclass."""
         import multiprocessing
 
         ctx = multiprocessing.get_context("fork")
         self.cluster, self.stop_flag = cluster, ctx.Event()
-        self._acked = {c: ctx.Value("l", 0) for c in CLIENTS}
-        self._errors = {c: ctx.Value("l", 0) for c in CLIENTS}
-        self.procs = [ctx.Process(target=self._guard, args=(c,), daemon=True) for c in RUNNING]
+        self._acked = {c: ctx.Value("l", 0) for c in (*CLIENTS, *extra)}
+        self._errors = {c: ctx.Value("l", 0) for c in (*CLIENTS, *extra)}
+        self.procs = [ctx.Process(target=self._guard, args=(c,), daemon=True) for c in (*RUNNING, *extra)]
 
     @property
     def acked(self) -> Counter:

@@ -47,7 +47,7 @@ from scripts.kafka_broker import LOG4J2, Cluster  # noqa: E402
 INITS, DECISIONS, USER = "pidquota-plugin-inits", "decisions", "flood"
 
 
-def flood(bootstrap: str, password: str, rate: float, seconds: float, granted) -> None:
+def flood(bootstrap: str, password: str, nodes: list[int], rate: float, seconds: float, granted) -> None:
     """``rate`` InitProducerIds a second for ``seconds``, to each broker in turn, at most 32 in
     flight a broker; ``granted[node]`` counts each broker's granted ones. A broker that is down
     is skipped until it answers again."""
@@ -65,7 +65,6 @@ def flood(bootstrap: str, password: str, rate: float, seconds: float, granted) -
         }
     )
     client.poll(timeout_ms=1000)
-    nodes = sorted(b.nodeId for b in client.cluster.brokers())
     futures: list[tuple[int, object]] = []
     t0, i = time.perf_counter(), 0
     while (now := time.perf_counter() - t0) < seconds:
@@ -174,7 +173,14 @@ def main() -> None:
             granted = multiprocessing.Manager().dict()
             flooding = multiprocessing.get_context("fork").Process(
                 target=flood,
-                args=(cluster.sasl_bootstrap, cluster.users[USER], args.rate, args.seconds, granted),
+                args=(
+                    cluster.sasl_bootstrap,
+                    cluster.users[USER],
+                    [n.node_id for n in cluster.nodes],
+                    args.rate,
+                    args.seconds,
+                    granted,
+                ),  # fmt: skip
             )
             flooding.start()
             t0 = time.monotonic()
@@ -186,10 +192,10 @@ def main() -> None:
             time.sleep(max(0.0, args.seconds / 2 - (time.monotonic() - t0)))
             lost = cluster.nodes[1]
             cluster.kill(lost)
-            print(f"killed broker {lost.id} (-9) at {time.monotonic() - t0:.0f} s", flush=True)
+            print(f"killed broker {lost.node_id} (-9) at {time.monotonic() - t0:.0f} s", flush=True)
             time.sleep(10)
             cluster.start_node(lost)
-            print(f"started broker {lost.id} again at {time.monotonic() - t0:.0f} s", flush=True)
+            print(f"started broker {lost.node_id} again at {time.monotonic() - t0:.0f} s", flush=True)
             flooding.join(args.seconds + 120)
             decided = _caught_up(cluster)
             print(f"the flood ended; the run caught up: {decided:,} committed records", flush=True)
