@@ -291,6 +291,39 @@ def ensure_inits_topic(options: dict, topic: str, timeout_ms: int, principal: st
     return True
 
 
+def misnamed_inits_topic(options: dict, topic: str, timeout_ms: int) -> str | None:
+    """Why ``topic`` is likely not the one the brokers' plug-ins publish to, or None. A run
+    that reads a misspelled name made it, empty, and read nothing while a flood went through
+    (a new user's trial). So: a name other than the plug-in's default that is missing or
+    empty, where the default's topic exists with records, is a mistake. Worked example:
+    ``pidquota-plugin-init`` missing, ``pidquota-plugin-inits`` holding 350 records: the
+    answer names both."""
+    if topic == INITS_TOPIC:
+        return None
+    from kafka import TopicPartition
+
+    def records(c, name: str) -> int:
+        parts = [TopicPartition(name, p) for p in c.partitions_for_topic(name) or ()]
+        if not parts:
+            return -1  # no such topic
+        ends, begins = c.end_offsets(parts), c.beginning_offsets(parts)
+        return sum(ends[tp] - begins[tp] for tp in parts)
+
+    c = kafka_store.consumer(options, request_timeout_ms=timeout_ms)
+    try:
+        default, given = records(c, INITS_TOPIC), records(c, topic)
+    finally:
+        c.close()
+    if default <= 0 or given > 0:
+        return None
+    return (
+        f"the input topic {topic!r} {'does not exist' if given < 0 else 'is empty'}, and the plug-in's "
+        f"default inits topic {INITS_TOPIC!r} holds {default:,} records: is it misspelled? Give "
+        f"kafka://HOST:PORT/{INITS_TOPIC}; if the brokers' pidquota.plugin.inits.topic does say {topic}, "
+        f"delete the topic {INITS_TOPIC!r} they no longer write"
+    )
+
+
 def inits_writers(controls, topic: str, own: str) -> list[str]:
     """Who besides the brokers may write the plug-in's inits topic, a phrase each: whoever may
     can have pidquota throttle any user, with inits made up in that user's name. The brokers

@@ -35,7 +35,7 @@ from pidquota.actuate.controls import (
     ThrottleKey,
     shown_value,
 )
-from pidquota.actuate.escalation import Escalation
+from pidquota.actuate.escalation import GRACE_MS, Escalation
 from pidquota.actuate.journal import Journal, JournalError
 from pidquota.actuate.mechanisms import (
     broker_plugin,
@@ -140,6 +140,17 @@ def cluster_options(config, fallback: str | None, how: str | None = None) -> dic
     return {"kafka.bootstrap.servers": bootstrap, **security_options(config)}
 
 
+def measure_grace_ms(config) -> int:
+    """How long after a step the closed loop starts counting what the offender still gets: the
+    change reaching every broker (``escalation.GRACE_MS``), and an init granted just before it
+    reaching a batch: up to a trigger interval waiting for the batch, and about as long again
+    in the input (the plug-in's send, Spark's batch). A new user's trial on the plug-in's input
+    counted one init granted before a narrowed throttle, 29 s into a measure of W = 1 h, as 123
+    new PIDs a window, and widened a throttle that held. Worked example: a trigger every 2 s
+    gives 2 + 2 * 2 = 6 s."""
+    return GRACE_MS + 2 * config["pidquota.trigger.interval.ms"]
+
+
 class BatchActuator:
     """The run's actuator: :meth:`start` reconciles the journal, each batch's metrics go to
     :meth:`__call__`, :meth:`stop` lifts what it holds. ``options`` None: a dry run, which reads
@@ -202,7 +213,8 @@ class BatchActuator:
                 "the user's quota; set it lower, or pidquota.actuator.escalation=false"
             )
         if config["pidquota.actuator.escalation"] and stepped and not self.dry_run:
-            self.loop = Escalation(1, self.window_ms, config["pidquota.actuator.escalation.settle.ms"])
+            settle = config["pidquota.actuator.escalation.settle.ms"]
+            self.loop = Escalation(1, self.window_ms, settle, grace_ms=measure_grace_ms(config))
         self.by_client = self.loop is not None or self.narrowing
 
     def loop_said(self) -> str:

@@ -54,6 +54,22 @@ def check_quotas_flag(args, config) -> None:
         )
 
 
+def check_acting_quotas(args, config) -> None:
+    """A run that acts on a cluster (``pidquota.actuator=on``) with no quotas of the user's own
+    would throttle real users by the demo's (every user 200 new PIDs an hour): a new user who
+    forgot ``--quotas`` had it act and hand a throttle over. Refused, with the fix; the demo
+    itself, a dry run and quotas from Redis are not."""
+    if args.input is None or config["pidquota.actuator"] != "on":
+        return
+    if config["pidquota.redis.url"] or config["pidquota.quotas.file"]:
+        return
+    raise ConfigError(
+        f"pidquota.actuator=on with the demo's quotas ({config.quotas_path()}): it would throttle your "
+        "users by quotas that are not yours. Give yours with --quotas FILE (or --quota-store "
+        "redis://HOST:PORT/DB), or see what it would do with pidquota.actuator=dry-run"
+    )
+
+
 def check_local_checkpoint(checkpoint: str, file_input: bool) -> None:
     """A file input keeps the list of files it has read beside Spark's checkpoint, so the
     checkpoint must then be a local (or mounted) folder; a Kafka input's may be anywhere."""
@@ -117,11 +133,14 @@ def make_plugin_topic(url, config) -> None:
     if not registry.entry(config["pidquota.input.format"]).own_topic or any(c in url.topic for c in ",*"):
         return
     from pidquota.actuate.journal import own_principal
-    from pidquota.actuate.plugin_state import INITS_TOPIC, ensure_inits_topic
+    from pidquota.actuate.plugin_state import INITS_TOPIC, ensure_inits_topic, misnamed_inits_topic
     from pidquota.store.kafka import security_options
 
     options = {"kafka.bootstrap.servers": url.bootstrap, **security_options(config)}
     timeout = config["pidquota.kafka.connect.timeout.ms"]
+    mistake = misnamed_inits_topic(options, url.topic, timeout)
+    if mistake is not None:
+        raise ConfigError(mistake)
     own = config["pidquota.actuator.principal"] or own_principal(options)
     if ensure_inits_topic(options, url.topic, timeout, own):
         print(

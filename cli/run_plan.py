@@ -56,6 +56,7 @@ def plan(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> Plan:
         parse_duration_ms(args.duration)
     config = load(args.config, run_overrides(args))
     preflight.check_quotas_flag(args, config)
+    preflight.check_acting_quotas(args, config)
     quotas, publish = quota_source(config)
     out = Path(args.output)
     checkpoint = config["pidquota.checkpoint.location"] or str(out / "_checkpoint")

@@ -107,6 +107,8 @@ def coerce(setting: Setting, raw: Any, origin: str) -> Any:
         )
     problem = setting.check(value) if setting.check else None
     if problem:
+        # a check that names the value itself ("'X', which is ...") says it once, not twice
+        problem = problem.removeprefix(f"{str(value).strip()!r}, ")
         raise ConfigError(f"{setting.name} = {shown} (from {origin}) {problem}")
     return value
 

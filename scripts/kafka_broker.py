@@ -512,6 +512,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     r.add_argument("--jmx-port", type=int, default=None, help="open JMX on this loopback port (no auth)")
     r.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="KRaft nodes, each broker and controller (default 1); node N listens on --port + N - 1\n"
+        "and --sasl-port + N - 1 (JMX: --jmx-port + N - 1)",
+    )
+    r.add_argument(
+        "--request-log",
+        choices=("debug", "warn"),
+        default="debug",
+        help="the request log's level: debug writes a line per request (pidquota's kafka-request-log\n"
+        "input; it costs the broker CPU), warn as Kafka ships it (default debug)",
+    )
+    r.add_argument(
         "--set",
         action="append",
         default=[],
@@ -564,45 +578,80 @@ def _run(args) -> int:
             f"--plugin {args.plugin}: no such jar; build it with `mvn -B -q -f plugin/pom.xml package` "
             "(plugin/target/pidquota-broker-plugin.jar)"
         )
+    if args.nodes < 1:
+        raise BrokerError(f"--nodes {args.nodes}: give 1 or more")
     cluster = Cluster(
         args.dir,
+        size=args.nodes,
         kafka_version=args.version,
         plugin=args.plugin,
         jmx=args.jmx_port is not None,
         extra=_settings(args),
+        log4j2=_logging(args, kafka_version=args.version),
     )
-    node = cluster.nodes[0]
-    node.port, node.sasl_port = args.port, args.sasl_port
-    if args.jmx_port is not None:
-        node.jmx_port = args.jmx_port
-    ports = [("--port", args.port), ("--sasl-port", args.sasl_port)]
-    for flag, port in ports + ([("--jmx-port", args.jmx_port)] if args.jmx_port is not None else []):
+    for i, node in enumerate(cluster.nodes):
+        node.port, node.sasl_port = args.port + i, args.sasl_port + i
+        if args.jmx_port is not None:
+            node.jmx_port = args.jmx_port + i
+        _check_free(node, args, i)
+    if all((node.workdir / "data" / "meta.properties").exists() for node in cluster.nodes):
+        cluster.libs = fetch(cluster.version)
+        for node in cluster.nodes:
+            cluster.start_node(node, wait=False)  # keep the data of the last run
+        for node in cluster.nodes:
+            cluster.wait_started(node)
+    else:
+        cluster.start()
+    _say_up(cluster, args)
+    try:
+        cluster.nodes[0].proc.wait()
+    except KeyboardInterrupt:
+        cluster.stop()
+    return 0
+
+
+def _logging(args, kafka_version: str | None) -> Path:
+    """The logging file: Kafka's own with the request log at DEBUG, or at WARN (``--request-log``)."""
+    shipped = LOG4J if uses_log4j1(kafka_version or version()) else LOG4J2
+    if args.request_log == "debug":
+        return shipped
+    args.dir.mkdir(parents=True, exist_ok=True)
+    quiet = args.dir / f"request-log-warn{shipped.suffix}"
+    text = shipped.read_text()
+    quiet.write_text(
+        text.replace("        level: DEBUG\n", "        level: WARN\n").replace(
+            "log4j.logger.kafka.request.logger=DEBUG", "log4j.logger.kafka.request.logger=WARN"
+        )
+    )
+    return quiet
+
+
+def _check_free(node: Node, args, i: int) -> None:
+    ports = [("--port", node.port), ("--sasl-port", node.sasl_port)]
+    for flag, port in ports + ([("--jmx-port", node.jmx_port)] if args.jmx_port is not None else []):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
+                where = flag if i == 0 else f"{flag} (node {i + 1}: {flag} + {i})"
                 raise BrokerError(
-                    f"port {port} is in use (a broker already running?); pick another with {flag}"
+                    f"port {port} is in use (a broker already running?); pick another with {where}"
                 ) from None
-    if (node.workdir / "data" / "meta.properties").exists():
-        cluster.libs = fetch(cluster.version)
-        cluster.start_node(node)  # keep the data of the last run
-    else:
-        cluster.start()
+
+
+def _say_up(cluster: Cluster, args) -> None:
+    first = cluster.nodes[0]
     print(
-        f"Apache Kafka {cluster.version} is up: PLAINTEXT {node.bootstrap} (User:ANONYMOUS), "
-        f"SASL_PLAINTEXT {node.sasl_bootstrap} (SASL/PLAIN; users {', '.join(cluster.users)}, "
-        f"password NAME-secret); request log {node.request_log}; settings {node.workdir / 'server.properties'}"
+        f"Apache Kafka {cluster.version} is up ({len(cluster.nodes)} node(s)): PLAINTEXT {cluster.bootstrap} "
+        f"(User:ANONYMOUS), SASL_PLAINTEXT {cluster.sasl_bootstrap} (SASL/PLAIN; users "
+        f"{', '.join(cluster.users)}, password NAME-secret); request log at {args.request_log.upper()}, "
+        f"{first.request_log}{' (and each node its own)' if len(cluster.nodes) > 1 else ''}; settings "
+        f"{first.workdir / 'server.properties'}"
         + (f"; pidquota's plug-in {args.plugin}" if args.plugin else "")
         + (f"; JMX 127.0.0.1:{args.jmx_port}" if args.jmx_port else "")
         + ". Ctrl-C stops it.",
         flush=True,
     )
-    try:
-        node.proc.wait()
-    except KeyboardInterrupt:
-        cluster.stop()
-    return 0
 
 
 if __name__ == "__main__":

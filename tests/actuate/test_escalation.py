@@ -77,3 +77,22 @@ def test_the_second_step_adds_deny_writes_only_where_allowed():
     denied = stricter("User:crash", 2, ("loop",), 0.1, True)
     acls = [c for c, _ in denied if isinstance(c, AclBinding)]
     assert len(acls) == 3 and {a.permission for a in acls} == {"DENY"}
+
+
+def test_an_init_granted_before_the_step_that_reaches_a_later_batch_is_not_counted():
+    """Issue 54, tried as a new user: on the plug-in's input (a trigger every 2 s), one init
+    granted just before a narrowed throttle reached a batch 3 s after it; counted, it made
+    1 * 3600 / 29 = 123 new PIDs a window against a quota of 5, and the loop widened a throttle
+    that held. The grace now spans the input's own delay: twice the trigger, beside the 2 s."""
+    from pidquota.actuate.runner import measure_grace_ms
+    from pidquota.conf.loader import load
+
+    grace = measure_grace_ms(load(overrides={"pidquota.trigger.interval.ms": "2000"}, environ={}))
+    assert grace == 6 * S
+    hour = 3_600_000
+    for grace_ms, widened in ((2 * S, True), (grace, False)):
+        loop = Escalation(1, hour, settle_ms=30 * S, grace_ms=grace_ms)
+        loop.seed("User:crash", 0, 0)
+        loop.observe("User:crash", 1, 5.0, 3 * S)  # granted before the step, its batch 3 s after
+        verdict = loop.judge("User:crash", 31 * S)
+        assert (verdict is not None and verdict.level == 1) == widened

@@ -508,3 +508,28 @@ def test_an_output_inside_the_input_folder_is_refused(tmp_path, capsys, no_spark
         == 2
     )
     assert capsys.readouterr().err.strip() == "pidquota: error: Spark would start here"
+
+
+def test_a_run_that_acts_with_the_demos_quotas_is_refused(tmp_path):
+    """Issue 54, tried as a new user: a run on a real cluster without --quotas, the actuator on,
+    throttled real users by the demo's quotas and handed the throttle over. Now refused with
+    the fix; a dry run, the demo itself and quotas of one's own are not."""
+    from pidquota.conf.loader import load
+
+    real = Namespace(input="kafka://broker:9092/pidquota-plugin-inits")
+    acting = load(overrides={"pidquota.actuator": "on"}, environ={})
+    with pytest.raises(ConfigError, match=r"demo's quotas .*--quotas FILE.*pidquota.actuator=dry-run") as err:
+        preflight.check_acting_quotas(real, acting)
+    assert len(str(err.value).splitlines()) == 1
+    quotas = tmp_path / "quotas.json"
+    quotas.write_text('{"users": {"<default>": {"producer_ids_rate": 5}}}')
+    for fine in (
+        (real, load(overrides={"pidquota.actuator": "dry-run"}, environ={})),
+        (Namespace(input=None), acting),  # the demo
+        (real, load(overrides={"pidquota.actuator": "on", "pidquota.quotas.file": str(quotas)}, environ={})),
+        (
+            real,
+            load(overrides={"pidquota.actuator": "on", "pidquota.redis.url": "redis://r:6379/0"}, environ={}),
+        ),
+    ):
+        preflight.check_acting_quotas(*fine)
