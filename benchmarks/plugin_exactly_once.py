@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # scripts.*
 sys.path.insert(0, str(ROOT / "tests"))  # harness.plugin
 
-from scripts.kafka_broker import LOG4J2, Cluster  # noqa: E402
+from scripts.kafka_broker import Cluster, request_log_at_warn  # noqa: E402
 
 INITS, DECISIONS, USER = "pidquota-plugin-inits", "decisions", "flood"
 
@@ -153,8 +153,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="pidquota-plugin-once-") as tmp:
         tmp = Path(tmp)
-        log4j2 = tmp / "log4j2-off.yaml"  # the request log at WARN, as Kafka ships it
-        log4j2.write_text(LOG4J2.read_text().replace("        level: DEBUG\n", "        level: WARN\n"))
+        log4j2 = request_log_at_warn(tmp, args.version)  # as Kafka ships it
         cluster = Cluster(
             tmp / "kafka", size=3, plugin=plugin_jar(), kafka_version=args.version, log4j2=log4j2,
             users={"admin": "admin-secret", USER: f"{USER}-secret"},

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # enforce's clients
 
 import enforce  # noqa: E402
 
-from scripts.kafka_broker import LOG4J2, Cluster  # noqa: E402
+from scripts.kafka_broker import Cluster, request_log_at_warn  # noqa: E402
 
 INITS = "pidquota-plugin-inits"
 # beside enforce.py's: the Java producer's crash loop (a JVM application restarting), and a
@@ -201,8 +201,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="pidquota-plugin-loop-") as tmp:
         tmp = Path(tmp)
-        log4j2 = tmp / "log4j2-off.yaml"  # the request log at WARN, as Kafka ships it
-        log4j2.write_text(LOG4J2.read_text().replace("        level: DEBUG\n", "        level: WARN\n"))
+        log4j2 = request_log_at_warn(tmp, args.version)  # as Kafka ships it
         cluster = Cluster(
             tmp / "kafka", size=args.brokers, plugin=plugin_jar(), jmx=True, kafka_version=args.version,
             log4j2=log4j2,

@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # scripts.*
 sys.path.insert(0, str(ROOT / "tests"))  # harness.plugin
 
-from scripts.kafka_broker import LOG4J2, Cluster, java_cmd  # noqa: E402
+from scripts.kafka_broker import Cluster, java_cmd, request_log_at_warn  # noqa: E402
 
 USER = "bench"
 INITS = "pidquota-plugin-inits"
@@ -127,8 +127,7 @@ def _inits(cluster: Cluster, rate: float, seconds: float) -> int:
 
 def _broker(tmp: Path, plugin: Path | None, version: str | None) -> Cluster:
     tmp.mkdir(parents=True, exist_ok=True)
-    log4j2 = tmp / "log4j2-off.yaml"  # the request log at WARN, as Kafka ships it
-    log4j2.write_text(LOG4J2.read_text().replace("        level: DEBUG\n", "        level: WARN\n"))
+    log4j2 = request_log_at_warn(tmp, version)  # as Kafka ships it
     cluster = Cluster(
         tmp / ("plugin" if plugin else "standard"),
         users={"admin": "admin-secret", USER: f"{USER}-secret", "other": "other-secret"},

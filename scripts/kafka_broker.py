@@ -612,11 +612,17 @@ def _run(args) -> int:
 
 def _logging(args, kafka_version: str | None) -> Path:
     """The logging file: Kafka's own with the request log at DEBUG, or at WARN (``--request-log``)."""
-    shipped = LOG4J if uses_log4j1(kafka_version or version()) else LOG4J2
     if args.request_log == "debug":
-        return shipped
-    args.dir.mkdir(parents=True, exist_ok=True)
-    quiet = args.dir / f"request-log-warn{shipped.suffix}"
+        return LOG4J if uses_log4j1(kafka_version or version()) else LOG4J2
+    return request_log_at_warn(args.dir, kafka_version)
+
+
+def request_log_at_warn(folder: Path, kafka_version: str | None = None) -> Path:
+    """A logging file in ``folder`` for ``kafka_version``: Kafka's own, the request log at WARN as
+    Kafka ships it (log4j 1's properties before Kafka 4, log4j 2's YAML after)."""
+    shipped = LOG4J if uses_log4j1(kafka_version or version()) else LOG4J2
+    folder.mkdir(parents=True, exist_ok=True)
+    quiet = folder / f"request-log-warn{shipped.suffix}"
     text = shipped.read_text()
     quiet.write_text(
         text.replace("        level: DEBUG\n", "        level: WARN\n").replace(
