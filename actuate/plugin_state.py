@@ -291,30 +291,40 @@ def ensure_inits_topic(options: dict, topic: str, timeout_ms: int, principal: st
     return True
 
 
-def misnamed_inits_topic(options: dict, topic: str, timeout_ms: int) -> str | None:
+RECENT_MS = 3_600_000  # the default inits topic written within it: brokers still publish there
+
+
+def misnamed_inits_topic(options: dict, topic: str, timeout_ms: int, now_ms: int) -> str | None:
     """Why ``topic`` is likely not the one the brokers' plug-ins publish to, or None. A run
     that reads a misspelled name made it, empty, and read nothing while a flood went through
     (a new user's trial). So: a name other than the plug-in's default that is missing or
-    empty, where the default's topic exists with records, is a mistake. Worked example:
-    ``pidquota-plugin-init`` missing, ``pidquota-plugin-inits`` holding 350 records: the
-    answer names both."""
+    empty, where the default's topic got records in the last hour (``RECENT_MS``: brokers that
+    moved to another name leave the default quiet), is a mistake. A guess: a cluster that does
+    not answer gives None (the start-up's own checks say so). Worked example:
+    ``pidquota-plugin-init`` missing, ``pidquota-plugin-inits`` written a minute ago and holding
+    350 records: the answer names both."""
     if topic == INITS_TOPIC:
         return None
     from kafka import TopicPartition
 
-    def records(c, name: str) -> int:
+    def records(c, name: str) -> tuple[int, bool]:
+        """How many records ``name`` holds (-1: no such topic), and whether any is recent."""
         parts = [TopicPartition(name, p) for p in c.partitions_for_topic(name) or ()]
         if not parts:
-            return -1  # no such topic
+            return -1, False
         ends, begins = c.end_offsets(parts), c.beginning_offsets(parts)
-        return sum(ends[tp] - begins[tp] for tp in parts)
+        recent = c.offsets_for_times({tp: now_ms - RECENT_MS for tp in parts})
+        return sum(ends[tp] - begins[tp] for tp in parts), any(v is not None for v in recent.values())
 
-    c = kafka_store.consumer(options, request_timeout_ms=timeout_ms)
     try:
-        default, given = records(c, INITS_TOPIC), records(c, topic)
-    finally:
-        c.close()
-    if default <= 0 or given > 0:
+        c = kafka_store.consumer(options, request_timeout_ms=timeout_ms)
+        try:
+            (default, recent), (given, _) = records(c, INITS_TOPIC), records(c, topic)
+        finally:
+            c.close()
+    except Exception:  # kafka-python raises several kinds; the checks that follow name the fault
+        return None
+    if default <= 0 or not recent or given > 0:
         return None
     return (
         f"the input topic {topic!r} {'does not exist' if given < 0 else 'is empty'}, and the plug-in's "
@@ -333,19 +343,18 @@ def inits_writers(controls, topic: str, own: str) -> list[str]:
     it false. Such a topic is first given pidquota's ``own`` read ACLs, as at its creation:
     any ACL on a topic closes it to all but super users and whom the ACLs name. Worked
     example: ACLs ``ALLOW READ User:pidquota`` and ``ALLOW WRITE User:app-*`` (prefixed) give
-    one phrase, the second's; no ACL, ``own`` empty and the brokers' default (true) give
-    "every principal ..."."""
+    one phrase, the second's; no ACL and the brokers' default (true) give "every principal
+    ...". pidquota's own principal ``own`` is not another; the brokers' principal, when it
+    writes through an ACL rather than as a super user, is (the caller's setting allows it).
+    An existing topic's ACLs are never changed here: an ACL added would close it to a plug-in
+    principal that writes it where the brokers allow everyone."""
     acls = controls.topic_acls(topic)
-    if not acls and own:
-        try:
-            for binding in topic_bindings(own, topic):
-                if binding.operation in ("DESCRIBE", "READ"):
-                    controls.write(binding, True)
-        except ControlError as exc:  # no ALTER on the cluster: the check says who may write
-            log.warning("pidquota: the plug-in's inits topic %r got no ACLs: %s", topic, exc)
-        acls = controls.topic_acls(topic)
     if acls:
-        return [b.name for b in acls if b.permission == "ALLOW" and b.operation in ("WRITE", "ALL")]
+        return [
+            b.name
+            for b in acls
+            if b.permission == "ALLOW" and b.operation in ("WRITE", "ALL") and (not own or b.principal != own)
+        ]
     found = controls.broker_configs("allow.everyone.if.no.acl.found")
     if found and all(c["allow.everyone.if.no.acl.found"].lower() == "false" for c in found.values()):
         return []

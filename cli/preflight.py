@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from pidquota.cli.checkpoints import Source
@@ -59,7 +60,7 @@ def check_acting_quotas(args, config) -> None:
     would throttle real users by the demo's (every user 200 new PIDs an hour): a new user who
     forgot ``--quotas`` had it act and hand a throttle over. Refused, with the fix; the demo
     itself, a dry run and quotas from Redis are not."""
-    if args.input is None or config["pidquota.actuator"] != "on":
+    if args.input is None or not acts(config):
         return
     if config["pidquota.redis.url"] or config["pidquota.quotas.file"]:
         return
@@ -138,7 +139,7 @@ def make_plugin_topic(url, config) -> None:
 
     options = {"kafka.bootstrap.servers": url.bootstrap, **security_options(config)}
     timeout = config["pidquota.kafka.connect.timeout.ms"]
-    mistake = misnamed_inits_topic(options, url.topic, timeout)
+    mistake = misnamed_inits_topic(options, url.topic, timeout, int(time.time() * 1000))
     if mistake is not None:
         raise ConfigError(mistake)
     own = config["pidquota.actuator.principal"] or own_principal(options)
@@ -176,14 +177,21 @@ def check_inits_writers(options: dict, topic: str, own: str, config) -> None:
         f"the plug-in's inits topic {topic!r} may be written by others than the brokers: {'; '.join(others)}. "
         "Whoever writes it can have pidquota throttle any user (inits made up in its name)"
     )
-    if config["pidquota.actuator"] != "on" or config["pidquota.actuator.plugin.others.may.write"]:
+    if not acts(config) or config["pidquota.actuator.plugin.others.may.write"]:
         print(f"pidquota: {said}", file=sys.stderr)
         return
     raise ConfigError(
         f"{said}: remove those ACLs (kafka-acls.sh --remove), or give the topic an ACL (any: "
-        f"pidquota's READ{f' for {own}' if own else ''}) so that only super users, the brokers, write it; "
-        "or set pidquota.actuator.plugin.others.may.write=true to act on it anyway"
+        f"pidquota's READ{f' for {own}' if own else ''}; and WRITE for the brokers' principal if it is not a "
+        "super user) so that only they write it; or set pidquota.actuator.plugin.others.may.write=true "
+        "to act on it anyway"
     )
+
+
+def acts(config) -> bool:
+    """Whether the run changes the cluster: the actuator on, and not a shadow run (which acts
+    as a dry run does, docs/enforcing.md)."""
+    return config["pidquota.actuator"] == "on" and config["pidquota.mode"] != "shadow"
 
 
 # the source a checkpoint belongs to ------------------------------------------------------------

@@ -500,7 +500,12 @@ def main(argv: list[str] | None = None) -> int:
         "--dir", type=Path, default=Path("kafka-local"), help="its data and logs (default ./kafka-local)"
     )
     r.add_argument("--port", type=int, default=9092, help="the PLAINTEXT listener (default 9092)")
-    r.add_argument("--sasl-port", type=int, default=9094, help="the SASL_PLAINTEXT listener (default 9094)")
+    r.add_argument(
+        "--sasl-port",
+        type=int,
+        default=None,
+        help="the SASL_PLAINTEXT listener (default --port + 2, or + --nodes: 9094 for one node)",
+    )
     r.add_argument("--version", default=None, help=f"Apache Kafka version (default {version()})")
     r.add_argument(
         "--plugin",
@@ -580,6 +585,8 @@ def _run(args) -> int:
         )
     if args.nodes < 1:
         raise BrokerError(f"--nodes {args.nodes}: give 1 or more")
+    if args.sasl_port is None:  # after every node's PLAINTEXT port
+        args.sasl_port = args.port + max(2, args.nodes)
     cluster = Cluster(
         args.dir,
         size=args.nodes,
@@ -593,8 +600,15 @@ def _run(args) -> int:
         node.port, node.sasl_port = args.port + i, args.sasl_port + i
         if args.jmx_port is not None:
             node.jmx_port = args.jmx_port + i
+    _check_distinct(cluster, args)
+    for i, node in enumerate(cluster.nodes):
         _check_free(node, args, i)
-    if all((node.workdir / "data" / "meta.properties").exists() for node in cluster.nodes):
+    kept = [(node.workdir / "data" / "meta.properties").exists() for node in cluster.nodes]
+    if any(kept) and not all(kept) or (args.dir / f"node-{args.nodes + 1}" / "data").exists():
+        raise BrokerError(
+            f"{args.dir} holds a cluster of another size: run it with the same --nodes, or delete {args.dir}"
+        )
+    if all(kept):
         cluster.libs = fetch(cluster.version)
         for node in cluster.nodes:
             cluster.start_node(node, wait=False)  # keep the data of the last run
@@ -624,12 +638,29 @@ def request_log_at_warn(folder: Path, kafka_version: str | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     quiet = folder / f"request-log-warn{shipped.suffix}"
     text = shipped.read_text()
-    quiet.write_text(
-        text.replace("        level: DEBUG\n", "        level: WARN\n").replace(
-            "log4j.logger.kafka.request.logger=DEBUG", "log4j.logger.kafka.request.logger=WARN"
-        )
+    changed = text.replace("        level: DEBUG\n", "        level: WARN\n").replace(
+        "log4j.logger.kafka.request.logger=DEBUG", "log4j.logger.kafka.request.logger=WARN"
     )
+    if changed == text:
+        raise BrokerError(f"{shipped} no longer sets the request log at DEBUG where this expects it")
+    quiet.write_text(changed)
     return quiet
+
+
+def _check_distinct(cluster: Cluster, args) -> None:
+    """Every node's ports distinct: node N's --port + N - 1 must not be another's SASL or JMX port."""
+    seen: dict[int, str] = {}
+    for node in cluster.nodes:
+        named = {"PLAINTEXT": node.port, "SASL_PLAINTEXT": node.sasl_port, "controller": node.controller_port}
+        if args.jmx_port is not None:
+            named["JMX"] = node.jmx_port
+        for what, port in named.items():
+            if port in seen:
+                raise BrokerError(
+                    f"port {port} would be node {node.node_id}'s {what} and {seen[port]}: give --port, "
+                    "--sasl-port and --jmx-port ranges --nodes apart"
+                )
+            seen[port] = f"node {node.node_id}'s {what}"
 
 
 def _check_free(node: Node, args, i: int) -> None:

@@ -218,7 +218,7 @@ class JsonlSink:
         # one collect, of a row per principal; Arrow keeps int64 ints with nulls intact
         raw = batch_df.toArrow()
         by_address = self.act is not None and getattr(self.act, "by_address", False)
-        unlimited = _unlimited_addresses(raw) if by_address else []
+        unlimited = _unlimited_addresses(raw, self.replay_until) if by_address else []
         table = self._marked(output_rows(raw))
         parts = _parts(table, batch_id)
         if self.guard is not None and self.guard.watching:  # before anything of the batch is out
@@ -338,13 +338,18 @@ def _addresses(decisions: pa.Table) -> list[tuple[str, str, bool]]:
     )
 
 
-def _unlimited_addresses(operator_rows: pa.Table) -> list[tuple[str, str, bool]]:
+def _unlimited_addresses(
+    operator_rows: pa.Table, replay_until: int | None = None
+) -> list[tuple[str, str, bool]]:
     """The batch's principals without a quota, with each client address they used
     (``columns.SEEN_ADDRESSES``), as the address book takes them: ``(principal, address,
-    False)``. The limited principals' addresses come from their decisions."""
+    False)``; not a row that only replays (before ``replay_until``), as for the decisions. The
+    limited principals' addresses come from their decisions."""
     if SEEN_ADDRESSES not in operator_rows.column_names:
         return []
     named = operator_rows.filter(pc.is_valid(operator_rows[SEEN_ADDRESSES]))
+    if replay_until is not None:
+        named = named.filter(pc.greater_equal(named["timestamp"], replay_until))
     return [
         (principal, address, False)
         for principal, seen in zip(

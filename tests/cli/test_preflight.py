@@ -533,3 +533,16 @@ def test_a_run_that_acts_with_the_demos_quotas_is_refused(tmp_path):
         ),
     ):
         preflight.check_acting_quotas(*fine)
+
+
+def test_a_misspelling_guess_says_nothing_when_the_cluster_does_not_answer(monkeypatch):
+    """Issue 54: the misspelled-topic check is a guess; a fault there is the start-up's own
+    checks' to name (one line), never a traceback of its own."""
+    from pidquota.actuate import plugin_state
+
+    def down(*_, **__):
+        raise OSError("no route to host")
+
+    monkeypatch.setattr(plugin_state.kafka_store, "consumer", down)
+    options = {"kafka.bootstrap.servers": "broker:9092"}
+    assert plugin_state.misnamed_inits_topic(options, "pidquota-plugin-init", 1_000, 0) is None

@@ -345,8 +345,9 @@ def test_who_besides_the_brokers_may_write_the_inits_topic_is_refused_or_said(br
     """Issue 54: whoever may write the plug-in's inits topic can have pidquota throttle any user
     (inits made up in its name). At every start: a topic made by pidquota (its READ ACL) passes;
     another principal's WRITE stops a run that acts, naming the ACL, in one line, and is said
-    when allowed or when the run does not act; a topic no ACL guards, where the broker lets
-    everyone in, is guarded for pidquota's principal, and then the flooding user cannot write it."""
+    when allowed, in a shadow run or when the run does not act; a topic no ACL guards, where the broker lets
+    everyone in, is refused (its ACLs never changed), and given pidquota's READ ACL, the flooding
+    user can no longer write it."""
     from kafka.errors import KafkaError as ClientError
 
     from pidquota.actuate.controls import AclBinding
@@ -375,13 +376,24 @@ def test_who_besides_the_brokers_may_write_the_inits_topic_is_refused_or_said(br
         admin.write(bob, False)
         admin.close()
     assert ensure_inits_topic(options, "inits-open", 15_000, "")  # made with no ACL: open to all
-    with pytest.raises(ConfigError, match="every principal: no ACL matches the topic"):
-        check_inits_writers(options, "inits-open", "", acting)
-    check_inits_writers(options, "inits-open", "User:ANONYMOUS", acting)  # guarded now
     producer = _producer(broker, "crash-loop")
     try:
-        with pytest.raises(ClientError, match="TopicAuthorization"):
-            producer.send("inits-open", value=b'{"v":1}').get(timeout=10)
+        producer.send("inits-open", value=b'{"v":1}').get(timeout=10)  # the flooding user may write it
+        for own in ("", "User:ANONYMOUS"):  # an existing topic's ACLs are never changed
+            with pytest.raises(ConfigError, match="every principal: no ACL matches the topic"):
+                check_inits_writers(options, "inits-open", own, acting)
+        shadow = load(overrides={"pidquota.actuator": "on", "pidquota.mode": "shadow"}, environ={})
+        check_inits_writers(options, "inits-open", "", shadow)  # a shadow run acts on nobody: said
+        reader = AclBinding("User:ANONYMOUS", "READ", "ALLOW", "TOPIC", "inits-open")
+        admin = Controls(options)
+        try:
+            admin.write(reader, True)  # the fix the message names: any ACL closes it
+            check_inits_writers(options, "inits-open", "User:ANONYMOUS", acting)
+            with pytest.raises(ClientError, match="TopicAuthorization"):
+                producer.send("inits-open", value=b'{"v":1}').get(timeout=10)
+        finally:
+            admin.write(reader, False)
+            admin.close()
     finally:
         producer.close(timeout=2)
 

@@ -229,16 +229,30 @@ final class InitsPublisher implements Runnable {
                     TimeUnit.NANOSECONDS.sleep(wait);
                 }
                 lastSend = System.nanoTime();
-                queue.drainTo(batch, BATCH - 1);
-                for (Seen s : batch) {
-                    chars.addAndGet(-s.chars);  // every one, before any send can throw
-                }
-                publish(batch);
+                sendWaiting(batch);
             } catch (InterruptedException e) {
                 return;
             } finally {
                 batch.clear();
             }
+        }
+    }
+
+    /** {@code batch} and all that waits in the queue, {@code BATCH} at a time: a send every
+     * {@code GATHER_MS} must not cap the rate (a batch per send would drop a flood of over 2,000
+     * inits a second); at most {@code CAPACITY} inits a send, whatever keeps coming. */
+    void sendWaiting(List<Seen> batch) {
+        for (int chunk = 0; chunk * BATCH < CAPACITY && (chunk == 0 || !queue.isEmpty()); chunk++) {
+            queue.drainTo(batch, BATCH - batch.size());
+            for (Seen s : batch) {
+                chars.addAndGet(-s.chars);  // every one, before any send can throw
+            }
+            if (ready) {
+                publish(batch);
+            } else {  // the topic went while it waited: a producer's metadata request would make it
+                failed.addAndGet(batch.size());
+            }
+            batch.clear();
         }
     }
 

@@ -92,6 +92,20 @@ class InitsPublisherTest {
     }
 
     @Test
+    void aSendTakesAllThatWaitsNotOneBatchOfIt() {
+        InitsPublisher p = publisher();
+        p.ready(true);
+        AuthorizableRequestContext c = context("crash", "app");
+        for (int i = 0; i < 5 * InitsPublisher.BATCH; i++) {
+            p.offer(c, null, InitsPublisher.Outcome.GRANTED);
+        }
+        p.ready(false);  // the topic gone meanwhile: counted, never sent (no producer is made)
+        p.sendWaiting(new java.util.ArrayList<>());
+        assertEquals(0, p.queued());
+        assertEquals(5 * InitsPublisher.BATCH, p.failed());  // a flood over 2,000 inits a second kept up
+    }
+
+    @Test
     void anOutcomeSaysWhoDecided() {
         assertEquals(InitsPublisher.Outcome.REFUSED, PidQuotaAuthorizer.outcome(true, AuthorizationResult.ALLOWED));
         assertEquals(InitsPublisher.Outcome.GRANTED, PidQuotaAuthorizer.outcome(false, AuthorizationResult.ALLOWED));
