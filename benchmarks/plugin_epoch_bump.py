@@ -116,23 +116,12 @@ def _request_log(cluster: Cluster) -> Counter:
 
 
 def _published(cluster: Cluster) -> Counter:
-    from kafka import TopicPartition
+    """The plug-in's lines by (user, outcome)."""
+    from harness.plugin import published_inits
 
-    from pidquota.store.kafka import consumer
-
-    c = consumer({"kafka.bootstrap.servers": cluster.bootstrap})
-    parts = [TopicPartition(INITS, p) for p in c.partitions_for_topic(INITS) or ()]
-    c.assign(parts)
-    c.seek_to_beginning(*parts)
-    ends, seen = c.end_offsets(parts), Counter()
-    while any(c.position(tp) < ends[tp] for tp in parts):
-        for records in c.poll(500).values():
-            for r in records:
-                for line in r.value.splitlines():
-                    init = json.loads(line)
-                    seen[(init["principal"].removeprefix("User:"), init["outcome"])] += 1
-    c.close()
-    return seen
+    return Counter(
+        (i["principal"].removeprefix("User:"), i["outcome"]) for i in published_inits(cluster.bootstrap)
+    )
 
 
 def main() -> None:

@@ -101,24 +101,13 @@ class LoopLoad(enforce.Load):
 
 def inits(cluster: Cluster, since_ms: int, until_ms: int) -> Counter:
     """The plug-in's records between two broker times, by (outcome, client id)."""
-    from kafka import TopicPartition
+    from harness.plugin import published_inits
 
-    from pidquota.store.kafka import consumer
-
-    c = consumer({"kafka.bootstrap.servers": cluster.bootstrap})
-    parts = [TopicPartition(INITS, p) for p in c.partitions_for_topic(INITS) or ()]
-    c.assign(parts)
-    c.seek_to_beginning(*parts)
-    ends, seen = c.end_offsets(parts), Counter()
-    while any(c.position(tp) < ends[tp] for tp in parts):
-        for records in c.poll(500).values():
-            for r in records:
-                for line in r.value.splitlines():  # a record holds a line per init
-                    init = json.loads(line)
-                    if since_ms <= init["at_ms"] < until_ms:
-                        seen[(init["outcome"], init["client_id"])] += 1
-    c.close()
-    return seen
+    return Counter(
+        (i["outcome"], i["client_id"])
+        for i in published_inits(cluster.bootstrap)
+        if since_ms <= i["at_ms"] < until_ms
+    )
 
 
 def _phase(cluster: Cluster, load, seconds: float) -> dict:

@@ -39,3 +39,26 @@ def plugin_jar() -> Path:
                 f"the plug-in did not build:\n{done.stdout[-3000:]}{done.stderr[-2000:]}"
             )
     return JAR
+
+
+def published_inits(bootstrap: str, topic: str = "pidquota-plugin-inits") -> list[dict]:
+    """Every init the brokers' plug-ins published to ``topic`` so far, a dict per line (a record
+    holds a line per init), read from the beginning to the end it has now."""
+    import json
+
+    from kafka import TopicPartition
+
+    from pidquota.store.kafka import consumer
+
+    c = consumer({"kafka.bootstrap.servers": bootstrap})
+    try:
+        parts = [TopicPartition(topic, p) for p in c.partitions_for_topic(topic) or ()]
+        c.assign(parts)
+        c.seek_to_beginning(*parts)
+        ends, out = c.end_offsets(parts), []
+        while any(c.position(tp) < ends[tp] for tp in parts):
+            for records in c.poll(500).values():
+                out += [json.loads(line) for r in records for line in r.value.splitlines()]
+        return out
+    finally:
+        c.close()
