@@ -128,7 +128,9 @@ def check_kafka(url, config) -> None:
 def make_plugin_topic(url, config) -> None:
     """A format whose topic is pidquota's (the registry's ``own_topic``: the plug-in's inits,
     ``formats/plugin_inits.py``): a run that reads it makes it when it is missing, and says so;
-    the brokers' plug-ins publish only to a topic that exists."""
+    the brokers' plug-ins publish only to a topic that exists. Before, a name that looks
+    misspelled is refused (``misnamed_inits_topic``); after, who may write it is checked
+    (:func:`check_inits_writers`)."""
     from pidquota.conf import formats as registry
 
     if not registry.entry(config["pidquota.input.format"]).own_topic or any(c in url.topic for c in ",*"):
