@@ -465,7 +465,12 @@ def test_the_loop_closes_through_kafka_with_the_request_log_off(broker, tmp_path
     assert "made the plug-in's inits topic 'pidquota-plugin-inits'" in stderr, stderr[-3000:]
     decisions = read_output(out, "decisions")
     loop = decisions[decisions["principal"] == "User:per-error"]
-    assert set(loop["verdict"]) == {"ADMIT", "THROTTLE"} and (loop["verdict"] == "ADMIT").sum() == 5
+    # the burst of 5, plus the bucket's refill (5 per 60 s) over the loop's span: a slow machine
+    # stretches the loop, and a token that came back is admitted, as KIP-936's B + Q*t allows
+    admitted = loop[loop["verdict"] == "ADMIT"]
+    span_ms = int(loop["timestamp"].max() - loop["timestamp"].min())
+    assert set(loop["verdict"]) == {"ADMIT", "THROTTLE"}
+    assert 5 <= len(admitted) <= 5 + span_ms * 5 // 60_000, (len(admitted), span_ms)
     assert read_output(out, "dead-letters").empty
     _until(lambda: _new_pid(broker, "per-error", "loop") == "granted", timeout_s=30)  # the run's end undid it
     assert len(broker.request_log_lines()) == logged  # no request log line all along
