@@ -59,6 +59,7 @@ def batch_judge(monkeypatch):
     """Every batch through the batch judge, however small (judge_batch takes the
     cheaper of the two ways, and both must decide the same)."""
     monkeypatch.setattr(enforcer, "_one_by_one_is_cheaper", lambda sightings, distinct: False)
+    monkeypatch.setattr(enforcer, "use_kernel", False)  # the numpy judge, not the compiled one
 
 
 @pytest.mark.parametrize("seed", range(60))

@@ -1,0 +1,240 @@
+"""One principal's batch judged sighting by sighting in compiled code (numba), as ``observe``.
+
+:class:`pidquota.quota.enforcer.PrincipalQuota.observe` is the contract; this module runs
+the very same steps over a sorted, deduplicated batch in a loop that numba compiles to
+machine code, where the numpy judge (``quota/batch.py``) pays ~20 numpy calls per
+principal and batch and the one-at-a-time path ~14 µs of Python per sighting
+(benchmarks/operator.py). Without numba, or for state it does not cover, the caller keeps
+its other paths (:func:`available`, :func:`covers`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pidquota.bloom.hashing import MIX64
+from pidquota.quota.bucket import SLACK
+from pidquota.quota.decision import Decisions
+
+# The kernel stops where a write needs a new layer (the caller rolls it, in Python)
+DONE, ROLL = 0, 1
+# Integer credit is carried in a float64 only while every value of it is exact there
+_EXACT = float(1 << 53)
+
+
+def _kernel(  # noqa: PLR0913 - flat arrays are a compiled kernel's interface
+    ts, pids, replayed, start, state, created, last, cap, count, slices, per, offs, bits, out_idx, out_now,
+    out_wait, out_tok, out_adm, nout,
+):  # fmt: skip
+    """Judge sightings ``start:`` until the end or a write that needs a new layer.
+
+    ``state`` (float64): now, credit, bucket last, rate, bucket window, filter window, span.
+    Layers ``0..len(created)-1`` (oldest first) are all MIX64; ``bits`` holds their bytes
+    at ``offs``; only the newest is written. Returns (index reached, DONE or ROLL, verdicts
+    so far). On ROLL the sighting at the index is decided (if it asked the bucket) and its
+    PID must be written to a new layer before the next one is judged.
+    """
+    golden = np.uint64(0x9E3779B97F4A7C15)
+    m1, m2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+    s30, s27, s31, s32 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(32)
+    now, credit, blast, rate, bwin, fwin, span = (
+        state[0], state[1], state[2], state[3], state[4], state[5], state[6],
+    )  # fmt: skip
+    capacity = rate if rate > 1.0 else 1.0
+    cap_credit = capacity * bwin
+    nl = len(created)
+    newest = nl - 1
+    i = start
+    while i < len(ts):
+        t = float(ts[i])
+        if t > now:
+            now = t
+        # the PID's seed: SplitMix64's mix of pid + phi (bloom/hashing.py, Mix64)
+        z = np.uint64(pids[i]) + golden
+        z = (z ^ (z >> s30)) * m1
+        z = (z ^ (z >> s27)) * m2
+        seed = z ^ (z >> s31)
+        writable = (
+            nl > 0
+            and count[newest] < cap[newest]
+            and now - created[newest] < span
+            and now - last[newest] <= fwin
+        )
+        known = False
+        for k in range(nl - 1, -1, -1):  # newest first: a refresh's usual answer
+            if now - last[k] > fwin:
+                continue  # dead: contains ignores it
+            hit = True
+            x = seed
+            for s in range(slices[k]):
+                x = x + golden
+                y = (x ^ (x >> s30)) * m1
+                y = (y ^ (y >> s27)) * m2
+                y = y ^ (y >> s31)
+                p = np.int64(s * per[k]) + np.int64(((y >> s32) * np.uint64(per[k])) >> s32)
+                if not (bits[offs[k] + (p >> 3)] >> (p & 7)) & 1:
+                    hit = False
+                    break
+            if hit:
+                known = True
+                break
+        write = known
+        if not known:
+            # the bucket: try_take at now (quota/bucket.py), credit in token-ms of the window
+            c = credit
+            if now > blast:
+                c = credit + rate * (now - blast)
+                if c >= cap_credit - SLACK * bwin:
+                    c = cap_credit
+            missing = bwin - c
+            out_idx[nout] = i
+            out_now[nout] = np.int64(now)
+            if missing <= SLACK * bwin:
+                credit = c - bwin if c - bwin > 0.0 else 0.0
+                if now > blast:
+                    blast = now
+                out_adm[nout] = True
+                out_wait[nout] = 0
+                out_tok[nout] = credit / bwin
+                write = True
+            else:
+                out_adm[nout] = False
+                out_wait[nout] = np.int64(-(-missing // rate))
+                out_tok[nout] = c / bwin
+                write = i < replayed  # a replayed PID is remembered, throttled or not
+            nout += 1
+        if write:
+            if not writable:
+                state[0], state[1], state[2] = now, credit, blast
+                return i, ROLL, nout
+            new = False
+            x = seed
+            for s in range(slices[newest]):
+                x = x + golden
+                y = (x ^ (x >> s30)) * m1
+                y = (y ^ (y >> s27)) * m2
+                y = y ^ (y >> s31)
+                p = np.int64(s * per[newest]) + np.int64(((y >> s32) * np.uint64(per[newest])) >> s32)
+                byte = offs[newest] + (p >> 3)
+                bit = np.uint8(1 << (p & 7))
+                if not bits[byte] & bit:
+                    bits[byte] |= bit
+                    new = True
+            if new:
+                count[newest] += 1
+            if now > last[newest]:
+                last[newest] = now
+        i += 1
+    state[0], state[1], state[2] = now, credit, blast
+    return i, DONE, nout
+
+
+_compiled = None  # the kernel compiled, once per process (numba is imported only then)
+_tried = False
+
+
+def available() -> bool:
+    """Whether the compiled kernel can run here: numba imports, and the kernel compiles.
+
+    Its machine code is cached beside this file (``__pycache__``, numba's ``cache=True``):
+    ~1 s to compile once per installation, ~0.3 s to load in each new process (a Spark
+    Python worker, once). Where this file has no folder to cache in (pidquota shipped to a
+    cluster as a zip, ``--py-files``), each process compiles it anew. Without numba, the
+    numpy judge decides: the same verdicts, slower."""
+    global _compiled, _tried
+    if not _tried:
+        _tried = True
+        try:
+            from numba import njit
+        except ImportError:
+            return False
+        try:
+            _compiled = njit(cache=True, nogil=True)(_kernel)
+        except RuntimeError:  # "no locator available": a zip's file has no cache folder
+            _compiled = njit(nogil=True)(_kernel)
+    return _compiled is not None
+
+
+def covers(quota) -> bool:
+    """Whether the kernel judges this state exactly: every layer of the current hash, and
+    a credit that a float64 holds exactly (an integer credit under 2**53)."""
+    b = quota.bucket
+    if isinstance(b.credit, int) and b.capacity_credit >= _EXACT:
+        return False
+    return all(layer.kind == MIX64 for layer in quota.filter.layers)
+
+
+def judge(quota, ts: np.ndarray, pids: np.ndarray, epochs: np.ndarray, replayed: int) -> Decisions:
+    """:meth:`PrincipalQuota.observe` over sorted, deduplicated sightings (PIDs >= 0), in the
+    kernel; the state moves as ``observe`` moves it. Requires :func:`available` and
+    :func:`covers`."""
+    n = len(ts)
+    out_idx = np.empty(n, dtype=np.int64)
+    out_now = np.empty(n, dtype=np.int64)
+    out_wait = np.empty(n, dtype=np.int64)
+    out_tok = np.empty(n, dtype=np.float64)
+    out_adm = np.empty(n, dtype=np.bool_)
+    b, f = quota.bucket, quota.filter
+    was_int = isinstance(b.credit, int)
+    state = np.array(
+        [quota.now_ms, b.credit, b.last_ms, b.rate, b.window_ms, f.window_ms, f.span_ms], dtype=np.float64
+    )
+    i, nout = 0, 0
+    quota.cleanup_due(int(max(quota.now_ms, ts[0])) if n else quota.now_ms)
+    while i < n:
+        layers = f.layers
+        arrays = _layer_arrays(layers)
+        i, reason, nout = _compiled(
+            ts, pids, replayed, i, state, *arrays, out_idx, out_now, out_wait, out_tok, out_adm, nout
+        )
+        _write_back(layers, arrays)
+        if reason == ROLL:
+            now = int(state[0])
+            f.add(int(pids[i]), now, quota._capacity)  # rolls a new layer (after a cleanup)
+            i += 1
+    quota.now_ms = int(state[0])
+    credit = float(state[1])
+    b.credit = int(credit) if was_int and credit.is_integer() else credit
+    b.last_ms = int(state[2])
+    quota.cleanup_due(quota.now_ms)
+    idx = out_idx[:nout]
+    admitted, wait = out_adm[:nout], out_wait[:nout]
+    quota.stats.record_many(out_now[:nout], admitted, wait)
+    took = int(admitted.sum())
+    quota.admitted_total += took
+    quota.throttled_total += nout - took
+    return Decisions(pids[idx], epochs[idx], ts[idx], admitted, wait, out_tok[:nout])
+
+
+def _layer_arrays(layers) -> tuple:
+    """The layers as the kernel's flat arrays: times, sizes, shapes, and their bytes."""
+    nl = len(layers)
+    created = np.empty(nl, dtype=np.float64)
+    last = np.empty(nl, dtype=np.float64)
+    cap = np.empty(nl, dtype=np.int64)
+    count = np.empty(nl, dtype=np.int64)
+    slices = np.empty(nl, dtype=np.int64)
+    per = np.empty(nl, dtype=np.int64)
+    offs = np.zeros(nl, dtype=np.int64)
+    at = 0
+    for k, layer in enumerate(layers):
+        bf = layer._bf
+        created[k], last[k] = layer.created_ms, layer.last_insert_ms
+        cap[k], count[k], slices[k], per[k] = bf.capacity, bf.count, bf.num_slices, bf.bits_per_slice
+        offs[k] = at
+        at += (bf.num_bits + 7) // 8
+    bits = np.concatenate([layer.buffer() for layer in layers]) if nl else np.zeros(0, dtype=np.uint8)
+    return created, last, cap, count, slices, per, offs, bits
+
+
+def _write_back(layers, arrays) -> None:
+    """The newest layer's bits, count and time, as the kernel left them (the others are read only)."""
+    if not layers:
+        return
+    _, last, _, count, _, _, offs, bits = arrays
+    newest = layers[-1]
+    k = len(layers) - 1
+    buf = newest.buffer()
+    buf[:] = bits[offs[k] : offs[k] + len(buf)]
+    newest._bf.count = int(count[k])
+    newest.last_insert_ms = int(last[k])
