@@ -334,7 +334,7 @@ def misnamed_inits_topic(options: dict, topic: str, timeout_ms: int, now_ms: int
     )
 
 
-def inits_writers(controls, topic: str, own: str) -> list[str]:
+def inits_writers(controls, topic: str, own: str, brokers: str = "") -> list[str]:
     """Who besides the brokers may write the plug-in's inits topic, a phrase each: whoever may
     can have pidquota throttle any user, with inits made up in that user's name. The brokers
     write it as super users, no ACL needed; every ALLOW ACL of WRITE or ALL that matches the
@@ -344,16 +344,17 @@ def inits_writers(controls, topic: str, own: str) -> list[str]:
     any ACL on a topic closes it to all but super users and whom the ACLs name. Worked
     example: ACLs ``ALLOW READ User:pidquota`` and ``ALLOW WRITE User:app-*`` (prefixed) give
     one phrase, the second's; no ACL and the brokers' default (true) give "every principal
-    ...". pidquota's own principal ``own`` is not another; the brokers' principal, when it
-    writes through an ACL rather than as a super user, is (the caller's setting allows it).
+    ...". pidquota's own principal ``own`` is not another, nor is ``brokers``, the principal the
+    plug-in writes as when it is not a super user (``pidquota.actuator.plugin.brokers.principal``).
     An existing topic's ACLs are never changed here: an ACL added would close it to a plug-in
     principal that writes it where the brokers allow everyone."""
     acls = controls.topic_acls(topic)
+    ours = {p for p in (own, brokers) if p}
     if acls:
         return [
             b.name
             for b in acls
-            if b.permission == "ALLOW" and b.operation in ("WRITE", "ALL") and (not own or b.principal != own)
+            if b.permission == "ALLOW" and b.operation in ("WRITE", "ALL") and b.principal not in ours
         ]
     found = controls.broker_configs("allow.everyone.if.no.acl.found")
     if found and all(c["allow.everyone.if.no.acl.found"].lower() == "false" for c in found.values()):

@@ -168,7 +168,9 @@ def check_inits_writers(options: dict, topic: str, own: str, config) -> None:
 
     controls = Controls(options, timeout_ms=config["pidquota.kafka.connect.timeout.ms"])
     try:
-        others = inits_writers(controls, topic, own)
+        others = inits_writers(
+            controls, topic, own, config["pidquota.actuator.plugin.brokers.principal"].strip()
+        )
     except ControlError as exc:
         others = [f"not known ({exc}; pidquota's principal needs DESCRIBE on the cluster to read ACLs)"]
     finally:
@@ -185,8 +187,8 @@ def check_inits_writers(options: dict, topic: str, own: str, config) -> None:
     raise ConfigError(
         f"{said}: remove those ACLs (kafka-acls.sh --remove), or give the topic an ACL (any: "
         f"pidquota's READ{f' for {own}' if own else ''}; and WRITE for the brokers' principal if it is not a "
-        "super user) so that only they write it; or set pidquota.actuator.plugin.others.may.write=true "
-        "to act on it anyway"
+        "super user, named in pidquota.actuator.plugin.brokers.principal) so that only they write it; or set "
+        "pidquota.actuator.plugin.others.may.write=true to act on it anyway"
     )
 
 

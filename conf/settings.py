@@ -797,6 +797,18 @@ SETTINGS: tuple[Setting, ...] = (
         "is said at every start. false: such a topic is refused at start, with the ACL that lets whom.",
     ),
     Setting(
+        "pidquota.actuator.plugin.brokers.principal",
+        str,
+        "",
+        "The brokers write the inits topic as super users, with no ACL; a plug-in given credentials "
+        "of its own (pidquota.plugin.sasl.*) writes it through a WRITE ACL, which the start-up "
+        "check would otherwise count as another writer, and refuse.",
+        "The principal the brokers' plug-in publishes its inits as, when it is not a super user "
+        "(User:NAME): its ALLOW WRITE ACL on the inits topic is the brokers', not another "
+        "principal's. Empty: every WRITE ACL on that topic is another's.",
+        check=lambda text: None if not text.strip() else principal_problem(text.strip()),
+    ),
+    Setting(
         "pidquota.actuator.plugin.hand.over",
         bool,
         True,

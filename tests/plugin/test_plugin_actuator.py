@@ -372,6 +372,13 @@ def test_who_besides_the_brokers_may_write_the_inits_topic_is_refused_or_said(br
         capsys.readouterr()
         check_inits_writers(options, "inits-guarded", "User:pidquota", load(environ={}))  # not acting: said
         assert "User:bob" in capsys.readouterr().err
+        # bob named as the brokers' principal (a plug-in with credentials of its own): his WRITE is theirs
+        named = load(
+            overrides={"pidquota.actuator": "on", "pidquota.actuator.plugin.brokers.principal": "User:bob"},
+            environ={},
+        )
+        check_inits_writers(options, "inits-guarded", "User:pidquota", named)
+        assert capsys.readouterr().err == ""
     finally:
         admin.write(bob, False)
         admin.close()
