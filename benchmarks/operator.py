@@ -9,7 +9,10 @@ two cores read it) and grouped into ``pidquota.state.buckets`` groups by a CRC o
 principal (Spark's xxhash64 spreads them alike). Each group's state is kept between batches
 as ``applyInPandasWithState`` keeps it. Prints the operator's CPU-seconds, best of three,
 and per principal and batch: what the enforcer's Python operator costs before Spark's own
-conversions, the number issue 43 needed to know where the flood's time goes. ``--profile
+conversions, the number issue 43 needed to know where the flood's time goes. It runs twice,
+side by side: with the numpy judge alone (``quota/batch.py``, the one-at-a-time path for
+small batches) and with the compiled kernel (``quota/kernel.py``, issue 55), and says whether
+their verdicts are identical. ``--profile
 tottime`` (or ``cumtime``) prints cProfile's top instead. Asserts nothing.
 """
 
@@ -30,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from benchmarks.streaming import traffic  # noqa: E402
 from pidquota.conf.loader import load  # noqa: E402
-from pidquota.quota import QuotaSettings, StaticQuotas  # noqa: E402
+from pidquota.quota import QuotaSettings, StaticQuotas, enforcer  # noqa: E402
+from pidquota.streaming.columns import DECISION_ARRAYS  # noqa: E402
 from pidquota.streaming.operator import make_state_function  # noqa: E402
 
 FILES, PARTITIONS = 10, 2
@@ -87,8 +91,9 @@ def batches(n: int, flood: bool, groups: int, delay_ms: int) -> list[tuple[dict,
     return out
 
 
-def run(judge, inputs) -> int:
-    """The state function over every batch and group, the states kept between batches."""
+def run(judge, inputs, keep: list | None = None) -> int:
+    """The state function over every batch and group, the states kept between batches;
+    ``keep``: a list that gets each output frame."""
     states: dict[str, GroupState] = {}
     rows = 0
     for frames, watermark in inputs:
@@ -97,7 +102,30 @@ def run(judge, inputs) -> int:
             state.watermark = watermark
             for out in judge((group,), iter([pdf]), state):
                 rows += len(out)
+                if keep is not None:
+                    keep.append(out)
     return rows
+
+
+def verdicts(frames: list[pd.DataFrame]) -> list[tuple]:
+    """Every verdict of a run's output, as (principal, the decision fields...), in order."""
+    out = []
+    for frame in frames:
+        columns = [frame[c] for c in DECISION_ARRAYS.values()]
+        for principal, *arrays in zip(frame["principal"], *columns, strict=True):
+            if arrays[0] is not None:
+                out += [(principal, *v) for v in zip(*arrays, strict=True)]
+    return out
+
+
+def timed(judge, inputs) -> float:
+    """The operator's CPU-seconds over all batches, best of 3."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        run(judge, inputs)
+        best = min(best, time.process_time() - start)
+    return best
 
 
 def main() -> None:
@@ -122,14 +150,22 @@ def main() -> None:
         profile.runcall(run, judge, inputs)
         pstats.Stats(profile).sort_stats(args.profile).print_stats(30)
         return
-    best = float("inf")
-    for _ in range(3):
-        start = time.process_time()
-        run(judge, inputs)
-        best = min(best, time.process_time() - start)
+    found, times = {}, {}
+    for kernel in (False, True):  # side by side: the numpy judge, then the compiled kernel
+        enforcer.use_kernel = kernel
+        frames: list[pd.DataFrame] = []
+        run(judge, inputs, frames)
+        found[kernel], times[kernel] = verdicts(frames), timed(judge, inputs)
+    for kernel, what in ((False, "numpy judge"), (True, "compiled kernel (quota/kernel.py)")):
+        best = times[kernel]
+        print(
+            f"{args.input}, {what}: {args.events:,} events, {calls:,} principal-batches: {best:.2f} CPU-s, "
+            f"{best / calls * 1000:.3f} ms per principal and batch (best of 3)"
+        )
+    same = found[True] == found[False]
     print(
-        f"{args.input}: {args.events:,} events, {calls:,} principal-batches: {best:.2f} CPU-s, "
-        f"{best / calls * 1000:.3f} ms per principal and batch (best of 3)"
+        f"  kernel / numpy judge: {times[True] / times[False]:.2f} of the time; verdicts identical: {same} "
+        f"({len(found[True]):,} verdicts)"
     )
 
 

@@ -29,7 +29,7 @@ prints events/s of:
 then enforcer/native (the headline ratio), floor/native and enforcer/floor, the batch
 times, and the state's size at the end. Every rate is given twice: over the whole run
 (what a start costs: the JVM's code compiled, Python workers started) and in steady
-state, the input rows over the batch times of the batches after the first three (what a
+state, the events over the batch times of the batches after the first three (what a
 stream that runs for weeks sustains; ``--files 20`` gives it more batches). Two inputs: realistic PID reuse, and a flood where every
 event is a new PID. Last, the rows of issue 23's table this run measures:
 both ratios, pidquota's file source against Spark's text source, and the quota
@@ -187,7 +187,6 @@ def run_stage(spark, config, name: str, stage: tuple, folder: Path, work: Path) 
     return {
         "secs": secs,
         "durations": [p["batchDuration"] for p in progress],
-        "rows": [p["numInputRows"] for p in progress],
         "state_rows": state[0].get("numRowsTotal"),
         "state_bytes": state[0].get("memoryUsedBytes"),
         "decisions": _decisions(out) if real_sink else None,
@@ -204,14 +203,17 @@ def _decisions(out: Path) -> list[str]:
 WARM_BATCHES = 3  # batches a stage's steady state leaves out: the JIT's and the workers' start
 
 
-def steady(r: dict, warm: int = WARM_BATCHES) -> float | None:
-    """A stage's events/s in steady state: its input rows over its batch times, the first
-    ``warm`` batches left out (None: no batch after them). A stream runs for weeks; the
+def steady(r: dict, n: int, warm: int = WARM_BATCHES) -> float | None:
+    """A stage's events/s in steady state: the events of its batches over their times, the
+    first ``warm`` batches left out (None: no batch after them). Every batch is one file of
+    the ``n`` events' equal shares (Spark's input rows would not do: pidquota's source hands
+    the screened stages a row per chunk of lines, not per event). A stream runs for weeks; the
     whole run's rate, beside it, also counts the start (JVM code compiled, workers started).
     Example: 10 batches of 100k events, the first three 3 s each and the rest 1 s each: 100k
     events/s steady, 62.5k over the whole run."""
-    rows, ms = sum(r["rows"][warm:]), sum(r["durations"][warm:])
-    return rows / (ms / 1000) if ms else None
+    batches = len(r["durations"])
+    ms = sum(r["durations"][warm:])
+    return n / batches * (batches - warm) / (ms / 1000) if ms and batches > warm else None
 
 
 def report(name: str, n: int, res: dict) -> dict[str, float]:
@@ -223,13 +225,13 @@ def report(name: str, n: int, res: dict) -> dict[str, float]:
         state = (
             f"; state {r['state_rows']:,} rows, {r['state_bytes'] / 2**20:.1f} MiB" if r["state_rows"] else ""
         )
-        still = steady(r)
+        still = steady(r, n)
         print(
             f"  {stage:<20} {n / r['secs']:>10,.0f} events/s; steady {still or 0:>10,.0f}  ({r['secs']:6.1f} s; "
             f"batch p50 {p50 / 1000:.2f} s, p99 {p99 / 1000:.2f} s{state})"
         )
     rate = {k: n / r["secs"] for k, r in res.items()}
-    still = {k: steady(r) or float("nan") for k, r in res.items()}
+    still = {k: steady(r, n) or float("nan") for k, r in res.items()}
     for top, bottom, what in (
         ("enforcer", "native", ""),
         ("floor", "native", " (what a free operator and sink would reach)"),
