@@ -9,7 +9,7 @@ those workers need the code, and (like every PySpark job) the dependencies:
   ``pidquota package`` writes it, with an entry script, for ``spark-submit
   --py-files``;
 * the **dependencies** (pyspark, pyarrow, pandas, numpy, kafka-python, redis,
-  pybloom-live) must be installed in the executors' Python: the same image or
+  pybloom-live, numba) must be installed in the executors' Python: the same image or
   virtualenv on every node, or a packed virtualenv passed with ``--archives``.
 """
 
