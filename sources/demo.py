@@ -33,8 +33,9 @@ class _Lines(InputPartition):
         return zlib.decompress(self.blob).decode().split("\n") if self.blob else []
 
 
-# A fresh stream's first batch: two minutes of event time, whatever the wall clock did
-FIRST_BATCH_MS = 120_000
+# A fresh stream's first batch: five minutes of event time (a whole batch at the default
+# maxBatchMs), whatever the wall clock did: per-batch is already throttled in the first table
+FIRST_BATCH_MS = 300_000
 
 
 class DemoStreamReader(DataSourceStreamReader):

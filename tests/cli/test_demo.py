@@ -55,9 +55,10 @@ def test_demo_reader_streams_the_generator_and_resumes_where_it_stopped():
 @pytest.mark.e2e
 def test_pidquota_run_with_no_arguments_shows_throttling(tmp_path):
     r = subprocess.run(
-        # 10 s of the stream (counted from its first progress report, not the process's start): its first
-        # batch already throttles the rogues (even --duration 4 shows it); 30 s cost the suite 20 s
-        [sys.executable, "-m", "pidquota", "run", "--duration", "10"],
+        # 20 s of the stream (counted from its first batch's end, not the process's start): the first
+        # batch (five minutes of traffic, sources/demo.py) throttles per-batch, the second crash-loop;
+        # 10 s was too short for the second on a loaded machine
+        [sys.executable, "-m", "pidquota", "run", "--duration", "20"],
         capture_output=True,
         text=True,
         timeout=300,
