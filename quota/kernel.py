@@ -22,6 +22,19 @@ DONE, ROLL = 0, 1
 _EXACT = float(1 << 53)
 
 
+def _mix(z):
+    """SplitMix64's finalizer on a uint64 (bloom/hashing.py's ``Mix64._mix``)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _position(seed, s, per):
+    """The absolute bit of slice ``s`` (of ``per`` bits) for a PID's ``seed`` (``Mix64.many``)."""
+    x = _mix(seed + np.uint64(s + 1) * np.uint64(0x9E3779B97F4A7C15))
+    return np.int64(s * per) + np.int64(((x >> np.uint64(32)) * np.uint64(per)) >> np.uint64(32))
+
+
 def _kernel(  # noqa: PLR0913 - flat arrays are a compiled kernel's interface
     ts, pids, replayed, start, state, created, last, cap, count, slices, per, offs, bits, out_idx, out_now,
     out_wait, out_tok, out_adm, nout,
@@ -35,8 +48,6 @@ def _kernel(  # noqa: PLR0913 - flat arrays are a compiled kernel's interface
     PID must be written to a new layer before the next one is judged.
     """
     golden = np.uint64(0x9E3779B97F4A7C15)
-    m1, m2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-    s30, s27, s31, s32 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(32)
     now, credit, blast, rate, bwin, fwin, span = (
         state[0], state[1], state[2], state[3], state[4], state[5], state[6],
     )  # fmt: skip
@@ -50,10 +61,7 @@ def _kernel(  # noqa: PLR0913 - flat arrays are a compiled kernel's interface
         if t > now:
             now = t
         # the PID's seed: SplitMix64's mix of pid + phi (bloom/hashing.py, Mix64)
-        z = np.uint64(pids[i]) + golden
-        z = (z ^ (z >> s30)) * m1
-        z = (z ^ (z >> s27)) * m2
-        seed = z ^ (z >> s31)
+        seed = _mix(np.uint64(pids[i]) + golden)
         writable = (
             nl > 0
             and count[newest] < cap[newest]
@@ -65,13 +73,8 @@ def _kernel(  # noqa: PLR0913 - flat arrays are a compiled kernel's interface
             if now - last[k] > fwin:
                 continue  # dead: contains ignores it
             hit = True
-            x = seed
             for s in range(slices[k]):
-                x = x + golden
-                y = (x ^ (x >> s30)) * m1
-                y = (y ^ (y >> s27)) * m2
-                y = y ^ (y >> s31)
-                p = np.int64(s * per[k]) + np.int64(((y >> s32) * np.uint64(per[k])) >> s32)
+                p = _position(seed, s, per[k])
                 if not (bits[offs[k] + (p >> 3)] >> (p & 7)) & 1:
                     hit = False
                     break
@@ -108,13 +111,8 @@ def _kernel(  # noqa: PLR0913 - flat arrays are a compiled kernel's interface
                 state[0], state[1], state[2] = now, credit, blast
                 return i, ROLL, nout
             new = False
-            x = seed
             for s in range(slices[newest]):
-                x = x + golden
-                y = (x ^ (x >> s30)) * m1
-                y = (y ^ (y >> s27)) * m2
-                y = y ^ (y >> s31)
-                p = np.int64(s * per[newest]) + np.int64(((y >> s32) * np.uint64(per[newest])) >> s32)
+                p = _position(seed, s, per[newest])
                 byte = offs[newest] + (p >> 3)
                 bit = np.uint8(1 << (p & 7))
                 if not bits[byte] & bit:
@@ -148,9 +146,14 @@ def available() -> bool:
             from numba import njit
         except ImportError:
             return False
+        global _mix, _position
         try:
+            _mix, _position = (njit(cache=True, inline="always")(f) for f in (_mix, _position))
             _compiled = njit(cache=True, nogil=True)(_kernel)
         except RuntimeError:  # "no locator available": a zip's file has no cache folder
+            _mix, _position = (
+                njit(inline="always")(f.py_func if hasattr(f, "py_func") else f) for f in (_mix, _position)
+            )
             _compiled = njit(nogil=True)(_kernel)
     return _compiled is not None
 
