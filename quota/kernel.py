@@ -137,25 +137,58 @@ def available() -> bool:
     Its machine code is cached beside this file (``__pycache__``, numba's ``cache=True``):
     ~1 s to compile once per installation, ~0.3 s to load in each new process (a Spark
     Python worker, once). Where this file has no folder to cache in (pidquota shipped to a
-    cluster as a zip, ``--py-files``), each process compiles it anew. Without numba, the
-    numpy judge decides: the same verdicts, slower."""
-    global _compiled, _tried
-    if not _tried:
-        _tried = True
-        try:
-            from numba import njit
-        except ImportError:
-            return False
-        global _mix, _position
+    cluster as a zip, ``--py-files``), each process compiles it anew. It is compiled here,
+    on empty arrays, so a numba that cannot compile it is found before any batch: then, as
+    without numba, the numpy judge decides (the same verdicts, slower), said once as a
+    warning, and the stream goes on."""
+    global _compiled, _tried, _mix, _position
+    if _tried:
+        return _compiled is not None
+    _tried = True
+    try:
+        from numba import njit
+    except Exception as exc:  # not installed, or not loadable beside this numpy
+        _slower(exc)
+        return False
+    try:
         try:
             _mix, _position = (njit(cache=True, inline="always")(f) for f in (_mix, _position))
             _compiled = njit(cache=True, nogil=True)(_kernel)
         except RuntimeError:  # "no locator available": a zip's file has no cache folder
-            _mix, _position = (
-                njit(inline="always")(f.py_func if hasattr(f, "py_func") else f) for f in (_mix, _position)
-            )
+            _mix, _position = (njit(inline="always")(getattr(f, "py_func", f)) for f in (_mix, _position))
             _compiled = njit(nogil=True)(_kernel)
+        empty = np.zeros(0, dtype=np.int64)
+        _run(empty, empty, 0, 0, np.zeros(7), _layer_arrays([]), _outputs(0), 0)
+    except Exception as exc:  # numba's own faults: the numpy judge instead
+        _compiled = None
+        _slower(exc)
     return _compiled is not None
+
+
+def _slower(exc: Exception) -> None:
+    import warnings
+
+    warnings.warn(
+        f"pidquota: the compiled judge is not available ({type(exc).__name__}: {exc}); the numpy "
+        "judge decides instead (the same verdicts, slower). Install numba to get it back.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def _outputs(n: int) -> tuple:
+    """The kernel's verdict arrays for ``n`` sightings: index, now, wait, tokens, admitted."""
+    return (
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.float64),
+        np.empty(n, dtype=np.bool_),
+    )
+
+
+def _run(ts, pids, replayed, start, state, arrays, outputs, nout):
+    return _compiled(ts, pids, replayed, start, state, *arrays, *outputs, nout)
 
 
 def covers(quota) -> bool:
@@ -172,11 +205,8 @@ def judge(quota, ts: np.ndarray, pids: np.ndarray, epochs: np.ndarray, replayed:
     kernel; the state moves as ``observe`` moves it. Requires :func:`available` and
     :func:`covers`."""
     n = len(ts)
-    out_idx = np.empty(n, dtype=np.int64)
-    out_now = np.empty(n, dtype=np.int64)
-    out_wait = np.empty(n, dtype=np.int64)
-    out_tok = np.empty(n, dtype=np.float64)
-    out_adm = np.empty(n, dtype=np.bool_)
+    outputs = _outputs(n)
+    out_idx, out_now, out_wait, out_tok, out_adm = outputs
     b, f = quota.bucket, quota.filter
     was_int = isinstance(b.credit, int)
     state = np.array(
@@ -187,9 +217,7 @@ def judge(quota, ts: np.ndarray, pids: np.ndarray, epochs: np.ndarray, replayed:
     while i < n:
         layers = f.layers
         arrays = _layer_arrays(layers)
-        i, reason, nout = _compiled(
-            ts, pids, replayed, i, state, *arrays, out_idx, out_now, out_wait, out_tok, out_adm, nout
-        )
+        i, reason, nout = _run(ts, pids, replayed, i, state, arrays, outputs, nout)
         _write_back(layers, arrays)
         if reason == ROLL:
             now = int(state[0])

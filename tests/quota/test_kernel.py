@@ -6,7 +6,10 @@ from test_batch import OLD_STATE, case, live_layers, one_at_a_time
 
 from pidquota.quota import PrincipalQuota, QuotaSettings, enforcer, kernel
 
-pytestmark = pytest.mark.skipif(not kernel.available(), reason="numba is a declared dependency")
+
+def test_the_kernel_is_compiled_here():
+    """numba is a declared dependency: without it every test below would test the numpy judge."""
+    assert kernel.available()
 
 
 def _without_kernel(monkeypatch, q: PrincipalQuota, ts, pids, epochs) -> list:
@@ -76,3 +79,21 @@ def test_state_of_the_old_hash_is_judged_by_the_other_paths():
 def test_an_integer_credit_past_what_a_double_holds_is_not_the_kernels():
     q = PrincipalQuota(10**12, QuotaSettings(window_ms=3_600_000))
     assert isinstance(q.bucket.credit, int) and not kernel.covers(q)
+
+
+def test_without_numba_the_numpy_judge_decides_and_says_so(monkeypatch):
+    """A node whose numba cannot be imported (or cannot compile): one warning, and the same
+    verdicts from the numpy judge; the stream goes on."""
+    import sys
+
+    settings = QuotaSettings(window_ms=60_000)
+    ts, pids = np.arange(300), np.arange(300)
+    epochs = np.zeros(300, dtype=np.int64)
+    want = PrincipalQuota(7, settings).judge_batch(ts, pids, epochs).rows()  # the kernel's
+    monkeypatch.setattr(kernel, "_tried", False)
+    monkeypatch.setattr(kernel, "_compiled", None)
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
+    with pytest.warns(RuntimeWarning, match="the numpy judge decides instead"):
+        assert not kernel.available()
+    assert not kernel.available()  # said once
+    assert PrincipalQuota(7, settings).judge_batch(ts, pids, epochs).rows() == want
