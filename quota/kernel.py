@@ -139,9 +139,10 @@ def available() -> bool:
     """Whether the compiled kernel can run here: numba imports, and the kernel compiles.
 
     Its machine code is cached beside this file (``__pycache__``, numba's ``cache=True``):
-    ~1 s to compile once per installation, ~0.3 s to load in each new process (a Spark
-    Python worker, once). Where this file has no folder to cache in (pidquota shipped to a
-    cluster as a zip, ``--py-files``), each process compiles it anew. It is compiled here,
+    ~26 CPU-s to compile once per installation (the group pass is most of it), ~0.5 s to
+    load in each new process (a Spark Python worker, once). Where this file has no folder to
+    cache in (pidquota shipped to a cluster as a zip, ``--py-files``), each process compiles
+    it anew (so ``pidquota package`` users pay ~26 CPU-s per worker: see docs). It is compiled here,
     on empty arrays, so a numba that cannot compile it is found before any batch: then, as
     without numba, the numpy judge decides (the same verdicts, slower), said once as a
     warning, and the stream goes on."""
