@@ -140,9 +140,10 @@ def available() -> bool:
 
     Its machine code is cached beside this file (``__pycache__``, numba's ``cache=True``):
     ~26 CPU-s to compile once per installation (the group pass is most of it), ~0.5 s to
-    load in each new process (a Spark Python worker, once). Where this file has no folder to
-    cache in (pidquota shipped to a cluster as a zip, ``--py-files``), each process compiles
-    it anew (so ``pidquota package`` users pay ~26 CPU-s per worker: see docs). It is compiled here,
+    load in each new process (a Spark Python worker, once). From a zip (``pidquota package``,
+    ``--py-files``) numba 0.68 caches it in the user's cache folder (``~/.cache/numba``), keyed
+    by the zip's time and size: each executor's copy of the zip compiles it once, its Python
+    workers load it; a numba with no cache for zips compiles it in each process. It is compiled here,
     on empty arrays, so a numba that cannot compile it is found before any batch: then, as
     without numba, the numpy judge decides (the same verdicts, slower), said once as a
     warning, and the stream goes on."""
