@@ -106,3 +106,72 @@ def test_an_unlimited_principals_row_names_the_addresses_it_used_when_the_actuat
     limited = PrincipalStates()
     tracked = operator.judge_principal("User:a", sightings, limited, 0, 10, False, settings, addresses=True)
     assert tracked[_INDEX["seen_addresses"]] is None  # its decisions name its addresses
+
+
+def test_a_group_in_one_pass_gives_the_rows_and_states_of_one_principal_at_a_time(monkeypatch):
+    """streaming/operator.py's judge_together (quota/group.py) against judge_principal for every
+    principal: one with clients named over two rows, an unlimited one, one with nothing
+    idempotent, one whose saved state has layers of the old hash (left to the per-principal
+    path), and new ones in a flood, over three batches: the same rows, in the same order, and
+    the same states."""
+    from pathlib import Path
+
+    from pidquota.quota import StaticQuotas, group
+    from pidquota.quota.states import PrincipalStates
+    from pidquota.streaming import operator as op
+
+    old = (Path(__file__).parents[1] / "quota" / "data" / "state-v2-bloom-v1.bin").read_bytes()
+    crash, deploy = Client("crash"), Client("deploy", address="10.0.0.9")
+    settings = QuotaSettings(window_ms=60_000)
+    quotas = StaticQuotas({p: 5 for p in ("User:a", "User:neg", "User:old", "User:flood")})  # User:free: none
+    judge = op.make_state_function(quotas, settings)
+
+    def batch(k: int) -> pd.DataFrame:
+        t = 1_000 + 20_000 * k
+        flood = list(range(100 * k, 100 * k + 40))
+        return pd.DataFrame(
+            {
+                "principal": ["User:a", "User:free", "User:neg", "User:old", "User:a", "User:flood"],
+                "timestamps": [[t, t + 1, t + 2], [t], [t, t], [t + 5], [t + 3], [t + i for i in range(40)]],
+                "producer_ids": [[1, 2, 3 + k], [7], [-1, -1], [9 + k], [4], flood],
+                "epochs": [[0, 0, 0], [0], [0, 0], [0], [0], [0] * 40],
+                "client_pids": [[1, 2], None, None, None, [2, 4], None],
+                "clients": [[deploy.joined(), crash.joined()], None, None, None, [crash.joined()] * 2, None],
+            }
+        )
+
+    class State:  # what the state function reads and writes of Spark's GroupState
+        def __init__(self, blob: bytes) -> None:
+            self.blob, self.hasTimedOut = blob, False
+
+        exists = property(lambda self: self.blob is not None)
+        get = property(lambda self: (self.blob,))
+
+        def getCurrentWatermarkMs(self):  # noqa: N802 (Spark's name)
+            return 0
+
+        def update(self, value):
+            self.blob = value[0]
+
+        def setTimeoutTimestamp(self, ms):  # noqa: N802 (Spark's name)
+            pass
+
+    start = PrincipalStates()
+    start.put("User:old", old, 0)
+    outcomes, alone = {}, []
+    one = op.judge_principal
+    monkeypatch.setattr(op, "judge_principal", lambda name, *a, **k: alone.append(name) or one(name, *a, **k))
+    for together in (False, True):
+        monkeypatch.setattr(group, "use_group", together)
+        alone.clear()
+        state, rows = State(start.to_bytes()), []
+        for k in range(3):
+            for out in judge(("#1",), iter([batch(k)]), state):
+                rows.append(out.to_numpy().tolist())
+        outcomes[together] = (rows, PrincipalStates.from_bytes(state.blob).entries)
+    assert group.available()
+    assert outcomes[True] == outcomes[False]
+    rows, entries = outcomes[True]
+    assert sorted(entries) == ["User:a", "User:flood", "User:old"]  # User:neg: nothing to track
+    assert sum(len(frame) for frame in rows) == 3 * 5  # a row per principal, User:a's two rows folded
+    assert sorted(set(alone)) == ["User:free", "User:neg", "User:old"]  # the rest in one pass
