@@ -6,18 +6,18 @@ The per-principal path (``PrincipalQuota.from_bytes``, ``apply_rate``, ``judge_b
 pass gives the very same verdicts, the same state *bytes*, the same timers and the same
 metrics (tests/quota/test_group.py compares them), with the Python work per group instead
 of per principal. It costs about 0.4 ms of Python per principal and batch to load a state
-into objects, judge it and write it back (benchmarks/operator.py); here a group's sightings
-are sorted and deduplicated in one numpy pass, and the compiled kernel
-(``quota/kernel.py``'s ``_group``) reads each principal's bytes, judges its sightings
+into objects, judge it and write it back (benchmarks/operator.py); here the compiled kernel
+(``quota/kernel.py``'s ``_group``) sorts and folds each principal's sightings (a merge sort:
+numpy's four-key ``lexsort`` cost ~0.25 ms a group), reads its bytes, judges its sightings
 (rolling layers itself), records its samples, writes its bytes and computes its metrics.
 
 Worked example: principals a (new, rate 2) and b (saved state, rate 100) share a group;
-a's sightings (t=5, PID 9), (t=1, PID 7), (t=1, PID 7), (t=3, PID -1), b's (t=4, PID 1).
-After the sort and the fold a has (1, 7), (5, 9) and one ignored sighting, b has (4, 1):
-``seg = [0, 2, 3]``; a starts at t = 1 (its least timestamp, the ignored one's included,
-as ``PrincipalQuota(rate, settings, min(ts))``), b from its bytes. The kernel judges a's
-two, then b's one, and returns three verdicts with ``bounds = [0, 2, 3]`` (b's PID 1 was
-known: ``bounds = [0, 2, 2]``).
+a's sightings are rows 0-3, (t=5, PID 9), (t=1, PID 7), (t=1, PID 7), (t=3, PID -1), b's row 4,
+(t=4, PID 1): ``bounds = [0, 4, 5]``. Sorted and folded, a has (1, 7), (5, 9) and one
+ignored sighting; it starts at t = 1 (its least time, the ignored one's included, as
+``PrincipalQuota(rate, settings, min(ts))``), b from its bytes. The kernel judges a's two,
+then b's one: three verdicts, rows 1, 0 and 4 of the input, ``GroupOutcome.bounds = [0, 2,
+3]`` (had b's PID 1 been known: ``[0, 2, 2]``, no verdict).
 
 A principal the kernel does not judge as the contract would (state of another version or
 hash, saved under other settings, an integer credit past 2**53, bytes the contract would
@@ -51,12 +51,12 @@ class GroupOutcome:
     :data:`ELSEWHERE`), and for a judged one its state's bytes (:meth:`blob`), timer, metrics
     and verdicts (:meth:`decisions`, rows ``bounds[p]:bounds[p+1]`` of the verdict arrays)."""
 
-    __slots__ = ("status", "_pool", "_offsets", "fmet", "imet", "bounds", "verdicts", "ignored")
+    __slots__ = ("status", "_pool", "_offsets", "fmet", "imet", "bounds", "verdicts")
 
-    def __init__(self, status, pool, offsets, fmet, imet, bounds, verdicts, ignored) -> None:
+    def __init__(self, status, pool, offsets, fmet, imet, bounds, verdicts) -> None:
         self.status, self._pool, self._offsets = status.tolist(), pool.tobytes(), offsets.tolist()
         self.fmet, self.imet, self.bounds = fmet.tolist(), imet.tolist(), bounds.tolist()
-        self.verdicts, self.ignored = verdicts, ignored.tolist()
+        self.verdicts = verdicts
 
     def blob(self, p: int) -> bytes:
         """Principal ``p``'s state, as ``PrincipalQuota.to_bytes`` writes it."""
@@ -106,23 +106,9 @@ def judge_group(
     replay_until: int | None = None,
 ) -> GroupOutcome:
     """Principal ``p``'s sightings are rows ``bounds[p]:bounds[p+1]`` (at least one each, in
-    any order, PIDs < 0 among them), its rate ``rates[p]`` (> 0) and its saved state
-    ``blobs[p]`` (None: new). Requires :func:`available`."""
+    any order, PIDs < 0 among them; int64 arrays), its rate ``rates[p]`` (> 0) and its saved
+    state ``blobs[p]`` (None: new). Requires :func:`available`."""
     n_principals = len(rates)
-    lengths = np.diff(bounds)
-    owner = np.repeat(np.arange(n_principals, dtype=np.int64), lengths)
-    tmin = np.minimum.reduceat(ts, bounds[:-1]) if n_principals else np.zeros(0, np.int64)
-    keep = pids >= 0
-    ignored = np.bincount(owner[~keep], minlength=n_principals)
-    if not keep.all():
-        ts, pids, epochs, owner = ts[keep], pids[keep], epochs[keep], owner[keep]
-    order = np.lexsort((epochs, pids, ts, owner))
-    ts, pids, epochs, owner = ts[order], pids[order], epochs[order], owner[order]
-    if len(ts) > 1:  # repeated (principal, timestamp, PID): one sighting
-        first = np.ones(len(ts), dtype=bool)
-        first[1:] = (ts[1:] != ts[:-1]) | (pids[1:] != pids[:-1]) | (owner[1:] != owner[:-1])
-        ts, pids, epochs, owner = ts[first], pids[first], epochs[first], owner[first]
-    seg = np.searchsorted(owner, np.arange(n_principals + 1))
     sizes = [0 if b is None else len(b) for b in blobs]
     boffs = np.zeros(n_principals + 1, np.int64)
     np.cumsum(sizes, out=boffs[1:])
@@ -130,8 +116,8 @@ def judge_group(
     status, out, offsets, fmet, imet, vb, (idx, _, wait, tokens, admitted) = kernel._grouped(
         ts,
         pids,
-        seg,
-        tmin.astype(np.int64, copy=False),
+        epochs,
+        np.asarray(bounds, dtype=np.int64),
         np.asarray(rates, dtype=np.float64),
         pool,
         boffs,
@@ -144,6 +130,6 @@ def judge_group(
         _NO_REPLAY if replay_until is None else int(replay_until),
     )
     k = int(vb[-1])
-    idx = idx[:k]
+    idx = idx[:k]  # rows of the input
     verdicts = (pids[idx], epochs[idx], ts[idx], admitted[:k], wait[:k], tokens[:k])
-    return GroupOutcome(status, out, offsets, fmet, imet, vb, verdicts, ignored)
+    return GroupOutcome(status, out, offsets, fmet, imet, vb, verdicts)

@@ -165,7 +165,7 @@ def available() -> bool:
         _compiled, _grouped = scope["_kernel"], scope["_group"]
         empty = np.zeros(0, dtype=np.int64)
         _run(empty, empty, 0, 0, np.zeros(7), _layer_arrays([]), _outputs(0), 0)
-        _grouped(empty, empty, np.zeros(1, np.int64), empty, np.zeros(0), np.zeros(0, np.uint8),
+        _grouped(empty, empty, empty, np.zeros(1, np.int64), np.zeros(0), np.zeros(0, np.uint8),
                  np.zeros(1, np.int64), 60_000, 4, 0.01, 10, 11, 0, 0)  # fmt: skip
     except Exception as exc:  # numba's own faults: the numpy judge instead
         _compiled = _grouped = None
@@ -175,7 +175,7 @@ def available() -> bool:
 
 # The compiled functions: the helpers are inlined into their callers
 _HELPERS = ("_mix", "_position")
-_CALLED = ("_get", "_put", "_f64", "_put_f64", "_sizing", "_cleanup", "_write_pid", "_size", "_purge",
+_CALLED = ("_before", "_sort", "_sightings", "_get", "_put", "_f64", "_put_f64", "_sizing", "_cleanup", "_write_pid", "_size", "_purge",
            "_record", "_load", "_roll", "_save", "_estimate", "_judge_one", "_apply_rate", "_metrics",
            "_evict_at")  # fmt: skip
 
@@ -316,7 +316,17 @@ STATE_VERSION, BLOOM_VERSION = 2, 2
 JUDGED, ELSEWHERE = 0, 1
 # The metrics it returns per principal (quota/group.py names them)
 F_RATE, F_TOKENS, F_THROTTLE, F_ESTIMATE = 0, 1, 2, 3
-I_ADMITTED, I_THROTTLED, I_LAYERS, I_BYTES, I_TOOK, I_REFUSED, I_NOW, I_TIMER = 0, 1, 2, 3, 4, 5, 6, 7
+I_ADMITTED, I_THROTTLED, I_LAYERS, I_BYTES, I_TOOK, I_REFUSED, I_NOW, I_TIMER, I_IGNORED = (
+    0,
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+    8,
+)
 
 
 def _get(b, o, n):
@@ -712,23 +722,102 @@ def _evict_at(head, lo, nl, layers, window):
     return max(expiry, full, np.int64(head[1]))
 
 
+def _before(i, j, ts, pids, epochs):
+    """Whether sighting ``i`` comes before ``j``: by time, PID, epoch (judge_batch's order)."""
+    if ts[i] != ts[j]:
+        return ts[i] < ts[j]
+    if pids[i] != pids[j]:
+        return pids[i] < pids[j]
+    return epochs[i] < epochs[j]
+
+
+def _sort(idx, spare, n, ts, pids, epochs):
+    """``idx[:n]`` (rows of ``ts``, ``pids``, ``epochs``) in :func:`_before`'s order: a stable
+    bottom-up merge sort, O(n log n) whatever the input; one pass when already in order."""
+    ordered = True
+    for k in range(1, n):
+        if _before(idx[k], idx[k - 1], ts, pids, epochs):
+            ordered = False
+            break
+    if ordered:
+        return idx
+    src, dst = idx, spare
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid, hi = min(lo + width, n), min(lo + 2 * width, n)
+            i, j, k = lo, mid, lo
+            while i < mid and j < hi:
+                if _before(src[j], src[i], ts, pids, epochs):
+                    dst[k] = src[j]
+                    j += 1
+                else:
+                    dst[k] = src[i]
+                    i += 1
+                k += 1
+            while i < mid:
+                dst[k] = src[i]
+                i += 1
+                k += 1
+            while j < hi:
+                dst[k] = src[j]
+                j += 1
+                k += 1
+        src, dst = dst, src
+        width *= 2
+    return src
+
+
+def _sightings(a, b, ts, pids, epochs, idx, spare, seg_ts, seg_pids, seg_src):
+    """Rows ``a:b`` as judge_batch takes them: PIDs < 0 dropped, sorted, repeats of (time,
+    PID) folded into the first. Returns how many are left (in ``seg_*``, ``seg_src`` their
+    rows), the rows' least time (the ignored ones' too) and how many were ignored."""
+    m, ignored, least = 0, 0, ts[a] if b > a else 0
+    for r in range(a, b):
+        least = min(least, ts[r])
+        if pids[r] < 0:
+            ignored += 1
+        else:
+            idx[m] = r
+            m += 1
+    order = _sort(idx, spare, m, ts, pids, epochs)
+    q = 0
+    for k in range(m):
+        r = order[k]
+        if q > 0 and ts[r] == seg_ts[q - 1] and pids[r] == seg_pids[q - 1]:
+            continue
+        seg_ts[q], seg_pids[q], seg_src[q] = ts[r], pids[r], r
+        q += 1
+    return q, least, ignored
+
+
 def _group(  # noqa: PLR0913
-    ts, pids, seg, tmin, rates, blobs, boffs, window, layer_count, error_rate, cleanup_ms, window_num,
+    ts, pids, epochs, bounds, rates, blobs, boffs, window, layer_count, error_rate, cleanup_ms, window_num,
     watermark, replay_until,
 ):  # fmt: skip
-    """Principals ``p`` of a group, each with its sorted, deduplicated sightings (PIDs >= 0)
-    ``seg[p]:seg[p+1]`` of ``ts``/``pids``, its rate, and its saved state ``blobs[boffs[p]:
-    boffs[p+1]]`` (empty: a new principal, starting at ``tmin[p]``), judged one after the
-    other as the per-principal path judges them (quota/group.py)."""
+    """Principals ``p`` of a group, each with its sightings ``bounds[p]:bounds[p+1]`` of ``ts``/
+    ``pids``/``epochs`` (any order, PIDs < 0 among them), its rate, and its saved state
+    ``blobs[boffs[p]:boffs[p+1]]`` (empty: a new principal, starting at its least time),
+    judged one after the other as the per-principal path judges them (quota/group.py).
+    The verdicts' ``out_idx`` are rows of the input."""
     P = len(rates)
     n = len(ts)
     status = np.zeros(P, np.int8)
     fmet = np.zeros((P, 4))
-    imet = np.zeros((P, 8), np.int64)
+    imet = np.zeros((P, 9), np.int64)
     vb = np.zeros(P + 1, np.int64)
     out_idx, out_now, out_wait = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
     out_tok, out_adm = np.empty(n), np.empty(n, np.bool_)
     outputs = (out_idx, out_now, out_wait, out_tok, out_adm)
+    longest = 0
+    for p in range(P):
+        longest = max(longest, bounds[p + 1] - bounds[p])
+    idx, spare, seg_src = (
+        np.empty(longest, np.int64),
+        np.empty(longest, np.int64),
+        np.empty(longest, np.int64),
+    )
+    seg_ts, seg_pids = np.empty(longest, np.int64), np.empty(longest, np.int64)
     pool = np.empty(len(blobs) + 1024 * P + 1024, np.uint8)
     poffs = np.zeros(P + 1, np.int64)
     sc = np.zeros(1, np.uint64)
@@ -737,10 +826,14 @@ def _group(  # noqa: PLR0913
     base_rate = error_rate / (layer_count + 1)
     at, nout = 0, 0
     for p in range(P):
-        a, b, o, e = seg[p], seg[p + 1], boffs[p], boffs[p + 1]
+        o, e = boffs[p], boffs[p + 1]
         rate = rates[p]
         vb[p] = nout
         poffs[p] = at
+        q, least, imet[p, I_IGNORED] = _sightings(
+            bounds[p], bounds[p + 1], ts, pids, epochs, idx, spare, seg_ts, seg_pids, seg_src
+        )
+        a, b = 0, q
         ok, arrs, ns, lo, nl, bits, used = _load(
             blobs, o, e, window, layer_count, error_rate, b - a + 2, sc, fv
         )
@@ -748,7 +841,7 @@ def _group(  # noqa: PLR0913
         layers = (arrs[5], arrs[6], arrs[7], arrs[8], arrs[9], arrs[10], arrs[11], arrs[12], arrs[13])
         samples = (s0, s1, s2, s3)
         if e == o:  # a new principal: PrincipalQuota(rate, settings, min of its timestamps)
-            t = float(tmin[p])
+            t = float(least)
             head[0], head[1], head[2], head[3], head[6] = rate, t, max(rate, 1.0) * window, t, t
             ok = True
         if not ok or max(rate, 1.0) * window >= _EXACT:
@@ -757,17 +850,17 @@ def _group(  # noqa: PLR0913
             continue
         _apply_rate(head, rate, float(window))
         if b > a:
-            seg_ts, seg_pids = ts[a:b], pids[a:b]
-            replayed = np.searchsorted(seg_ts, replay_until)
+            mine_ts, mine_pids = seg_ts[a:b], seg_pids[a:b]
+            replayed = np.searchsorted(mine_ts, replay_until)
             cfg = np.array([float(window), float(span), float(cleanup_ms),
                             float(min(MAX_BASE_CAPACITY, max(MIN_LAYER_CAPACITY, math.ceil(rate)))), base_rate])  # fmt: skip
             v0 = nout
             lo, nl, bits, used, nout = _judge_one(
-                seg_ts, seg_pids, replayed, head, layers, lo, nl, bits, used, cfg, outputs, nout
+                mine_ts, mine_pids, replayed, head, layers, lo, nl, bits, used, cfg, outputs, nout
             )
             ns = _record(out_now, out_adm, out_wait, v0, nout, window, window_num, s0, s1, s2, s3, ns)
             for v in range(v0, nout):
-                out_idx[v] += a
+                out_idx[v] = seg_src[out_idx[v]]  # a row of the input
                 if out_adm[v]:
                     head[4] += 1
                 else:

@@ -321,7 +321,7 @@ def judge_together(
     one pass (``quota/group.py``): the same rows, in the same order, and the same states."""
     names, ts, pids, epochs, bounds, clients = columns(pdf)
     lengths = np.diff(bounds)
-    ignored = np.add.reduceat((pids < 0).astype(np.int64), bounds[:-1]).tolist()
+    ignored = np.add.reduceat(pids < 0, bounds[:-1], dtype=np.int64).tolist()
     rates = [resolve(snapshot, name) for name in names]
     blobs = [states.get(name) for name in names]
     together = [
