@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from pidquota.actuate.controls import ClientQuotaKey, Controls, QuotaKey
@@ -36,10 +37,19 @@ def forget(controls: Controls, broker) -> None:
                     controls.write(ClientQuotaKey(user, client, key), None)
             mine = ACLFilter(f"User:{user}", None, ACLOperation.ANY, ACLPermissionType.ANY, everything)
             admin.delete_acls([mine])
-            assert admin.describe_acls(mine)[0] == []
+            _until_gone(admin, mine)
     finally:
         admin.close()
         USERS.clear()
+
+
+def _until_gone(admin, acls, seconds: float = 15.0) -> None:
+    """A deleted ACL leaves the broker's authorizer once the controller's record reaches it
+    (KRaft's metadata log): a describe just after the delete may still list it."""
+    deadline = time.monotonic() + seconds
+    while (left := admin.describe_acls(acls)[0]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left == [], f"ACLs still there {seconds} s after their delete: {left}"
 
 
 def client_quotas(controls: Controls, user: str) -> dict[str | None, dict[str, float]]:
