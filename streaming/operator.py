@@ -375,26 +375,23 @@ def _judged_row(
         decisions = outcome.decisions(j)
         chosen = decision_clients(decisions, mine)
         named = main_client(decisions, chosen)
-    arrays = dict(zip(_VERDICT_COLUMNS, (v[a:b] for v in verdicts), strict=True))
-    return _row(
-        kind=KIND_METRIC,
-        principal=name,
-        timestamp=outcome.now_ms(j),
-        events=n,
-        admitted=took,
-        throttled=refused,
-        passed=n - ignored - took - refused,
-        ignored=ignored,
-        quota_stale=stale,
-        **arrays,
-        **{DECISION_ARRAYS["client"]: chosen},
-        **named,
-        **outcome.metrics(j, rate),
-    )
+    row = [None] * _WIDTH  # _row's, written in place: this runs once per principal and batch
+    row[_KIND], row[_PRINCIPAL], row[_TIMESTAMP], row[_EVENTS] = KIND_METRIC, name, outcome.now_ms(j), n
+    row[_ADMITTED], row[_THROTTLED], row[_PASSED] = took, refused, n - ignored - took - refused
+    row[_IGNORED], row[_STALE], row[_CLIENT] = ignored, stale, chosen
+    for at, column in zip(_VERDICT_AT, verdicts, strict=True):
+        row[at] = column[a:b]
+    for key, value in (*named.items(), *outcome.metrics(j, rate).items()):
+        row[_INDEX[key]] = value
+    return row
 
 
-# The decision columns in the order of Decisions' fields (quota/decision.py)
-_VERDICT_COLUMNS = tuple(DECISION_ARRAYS[f] for f in Decisions.__slots__)
+# Where _judged_row writes: the decision columns in the order of Decisions' fields
+# (quota/decision.py), then the row's own columns
+_VERDICT_AT = tuple(_INDEX[DECISION_ARRAYS[f]] for f in Decisions.__slots__)
+_KIND, _PRINCIPAL, _TIMESTAMP, _EVENTS = (_INDEX[c] for c in ("kind", "principal", "timestamp", "events"))
+_ADMITTED, _THROTTLED, _PASSED = (_INDEX[c] for c in ("admitted", "throttled", "passed"))
+_IGNORED, _STALE, _CLIENT = (_INDEX[c] for c in ("ignored", "quota_stale", DECISION_ARRAYS["client"]))
 
 
 def make_state_function(
