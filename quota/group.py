@@ -119,6 +119,7 @@ def judge_group(
         epochs,
         np.asarray(bounds, dtype=np.int64),
         np.asarray(rates, dtype=np.float64),
+        np.array([b is None for b in blobs], dtype=np.bool_),  # b"": corrupt, not new
         pool,
         boffs,
         settings.window_ms,

@@ -24,6 +24,10 @@ from pidquota.quota.decision import Decisions
 DONE, ROLL = 0, 1
 # Integer credit is carried in a float64 only while every value of it is exact there
 _EXACT = float(1 << 53)
+# A saved state of more layers than this is read by the per-principal path (a state holds
+# layer.count + 1 time layers and ~20 grown ones a span at most: a bound on crafted bytes'
+# arrays and on the estimate's scan over shapes)
+_MAX_LAYERS = 4096
 
 
 def _mix(z):
@@ -165,7 +169,7 @@ def available() -> bool:
         _compiled, _grouped = scope["_kernel"], scope["_group"]
         empty = np.zeros(0, dtype=np.int64)
         _run(empty, empty, 0, 0, np.zeros(7), _layer_arrays([]), _outputs(0), 0)
-        _grouped(empty, empty, empty, np.zeros(1, np.int64), np.zeros(0), np.zeros(0, np.uint8),
+        _grouped(empty, empty, empty, np.zeros(1, np.int64), np.zeros(0), np.zeros(0, np.bool_), np.zeros(0, np.uint8),
                  np.zeros(1, np.int64), 60_000, 4, 0.01, 10, 11, 0, 0)  # fmt: skip
     except Exception as exc:  # numba's own faults: the numpy judge instead
         _compiled = _grouped = None
@@ -430,7 +434,8 @@ def _load(b, o, e, window, layer_count, error_rate, room, sc, fv):  # noqa: PLR0
             b[o + q] == 76 and b[o + q + 1] == 66 and b[o + q + 2] == 70 and b[o + q + 3] == BLOOM_VERSION
         )
         nl = np.int64(_get(b, o + q + 24, 4)) if shaped else 0
-        shaped = shaped and nl <= n
+        # each layer takes at least LAYER_HEAD + 1 bytes; more than _MAX_LAYERS: the other path
+        shaped = shaped and nl <= min(_MAX_LAYERS, (n - q - BLOOM_HEAD) // (LAYER_HEAD + 1))
     if not shaped:
         ns, nl = 0, 0
     s0, s1, s2 = np.zeros(ns + room, np.int64), np.zeros(ns + room, np.int64), np.zeros(ns + room, np.int64)
@@ -454,6 +459,10 @@ def _load(b, o, e, window, layer_count, error_rate, room, sc, fv):  # noqa: PLR0
     rate, credit = head[0], head[2]
     if not (rate > 0 and credit >= 0 and head[4] >= 0 and head[5] >= 0 and saved_window == window):
         return False, out, ns, 0, nl, bits, 0
+    for j in (1, 3, 4, 5, 6):  # times and counts a double holds exactly (the kernel keeps them so)
+        if abs(head[j]) >= _EXACT:
+            return False, out, ns, 0, nl, bits, 0
+    head[2] = credit if credit != 0.0 else 0.0  # the contract reads an integral credit as an int: no -0.0
     if credit == math.floor(credit) and max(rate, 1.0) * window >= _EXACT:
         return False, out, ns, 0, nl, bits, 0  # an integer credit a double does not hold exactly
     for j in range(ns):
@@ -462,6 +471,8 @@ def _load(b, o, e, window, layer_count, error_rate, room, sc, fv):  # noqa: PLR0
         s1[j] = np.int64(_get(b, at + 8, 8))
         s2[j] = np.int64(_get(b, at + 16, 8))
         s3[j] = _f64(b, at + 24, sc, fv)
+        if abs(s0[j]) >= _EXACT or abs(s1[j]) >= _EXACT or abs(s2[j]) >= _EXACT:
+            return False, out, ns, 0, nl, bits, 0
     if not (
         np.int64(_get(b, o + q + 4, 8)) == window
         and np.int64(_get(b, o + q + 12, 4)) == layer_count
@@ -474,6 +485,8 @@ def _load(b, o, e, window, layer_count, error_rate, room, sc, fv):  # noqa: PLR0
             return False, out, ns, 0, nl, bits, 0
         created[k] = float(np.int64(_get(b, at + 1, 8)))
         last[k] = float(np.int64(_get(b, at + 9, 8)))
+        if abs(created[k]) >= _EXACT or abs(last[k]) >= _EXACT:
+            return False, out, ns, 0, nl, bits, 0
         c_u, cnt_u = _get(b, at + 17, 8), _get(b, at + 25, 8)
         k_slices, k_per = np.int64(_get(b, at + 33, 4)), _get(b, at + 37, 8)
         r = _f64(b, at + 45, sc, fv)
@@ -792,12 +805,12 @@ def _sightings(a, b, ts, pids, epochs, idx, spare, seg_ts, seg_pids, seg_src):
 
 
 def _group(  # noqa: PLR0913
-    ts, pids, epochs, bounds, rates, blobs, boffs, window, layer_count, error_rate, cleanup_ms, window_num,
+    ts, pids, epochs, bounds, rates, fresh, blobs, boffs, window, layer_count, error_rate, cleanup_ms, window_num,
     watermark, replay_until,
 ):  # fmt: skip
     """Principals ``p`` of a group, each with its sightings ``bounds[p]:bounds[p+1]`` of ``ts``/
     ``pids``/``epochs`` (any order, PIDs < 0 among them), its rate, and its saved state
-    ``blobs[boffs[p]:boffs[p+1]]`` (empty: a new principal, starting at its least time),
+    ``blobs[boffs[p]:boffs[p+1]]`` (``fresh[p]``: none, a new principal from its least time),
     judged one after the other as the per-principal path judges them (quota/group.py).
     The verdicts' ``out_idx`` are rows of the input."""
     P = len(rates)
@@ -840,7 +853,7 @@ def _group(  # noqa: PLR0913
         head, s0, s1, s2, s3 = arrs[0], arrs[1], arrs[2], arrs[3], arrs[4]
         layers = (arrs[5], arrs[6], arrs[7], arrs[8], arrs[9], arrs[10], arrs[11], arrs[12], arrs[13])
         samples = (s0, s1, s2, s3)
-        if e == o:  # a new principal: PrincipalQuota(rate, settings, min of its timestamps)
+        if fresh[p]:  # a new principal: PrincipalQuota(rate, settings, min of its timestamps)
             t = float(least)
             head[0], head[1], head[2], head[3], head[6] = rate, t, max(rate, 1.0) * window, t, t
             ok = True

@@ -321,7 +321,9 @@ def judge_together(
     one pass (``quota/group.py``): the same rows, in the same order, and the same states."""
     names, ts, pids, epochs, bounds, clients = columns(pdf)
     lengths = np.diff(bounds)
-    ignored = np.add.reduceat(pids < 0, bounds[:-1], dtype=np.int64).tolist()
+    negative = np.zeros(len(pids) + 1, dtype=np.int64)
+    np.cumsum(pids < 0, out=negative[1:])
+    ignored = (negative[bounds[1:]] - negative[bounds[:-1]]).tolist()  # per principal, 0 if none
     rates = [resolve(snapshot, name) for name in names]
     blobs = [states.get(name) for name in names]
     together = [

@@ -98,14 +98,36 @@ def test_a_group_gives_what_each_principal_gives(seed):
             states[p] = got.blob(k)
 
 
-def test_state_the_kernel_does_not_read_is_left_to_the_per_principal_path():
-    """Layers of the old hash, state saved under other settings, bytes the contract refuses:
-    marked ELSEWHERE, and the others of the group judged all the same."""
+def _crafted() -> dict[str, bytes]:
+    """States the kernel must not judge, by what is wrong or other in them."""
     settings = QuotaSettings()
     fresh = PrincipalQuota(100, settings, 0)
     fresh.judge_batch(np.arange(5), np.arange(5), np.zeros(5, np.int64))
-    other = PrincipalQuota(100, QuotaSettings(window_ms=60_000), 0).to_bytes()
-    blobs = [OLD_STATE.read_bytes(), other, fresh.to_bytes()[:-3], fresh.to_bytes()]
-    ts = np.full(4, 10, np.int64)
-    got = group.judge_group(ts, ts, ts, np.arange(5), blobs, [100] * 4, settings, 0)
-    assert got.status == [kernel.ELSEWHERE] * 3 + [0]
+    good = fresh.to_bytes()
+    counted = PrincipalQuota(100, settings, 0)
+    counted.admitted_total = 2**53 + 1  # a count a double does not hold
+    bloom_at = enforcer._HEADER.size + 4 + 32 * len(fresh.stats.samples) + 4
+    many = bytearray(good)
+    struct.pack_into("<I", many, bloom_at + 24, 10**6)  # claims a million layers
+    return {
+        "the old hash": OLD_STATE.read_bytes(),
+        "other settings": PrincipalQuota(100, QuotaSettings(window_ms=60_000), 0).to_bytes(),
+        "truncated": good[:-3],
+        "empty": b"",
+        "a time near 2**63": PrincipalQuota(10, settings, 2**63 - 2**14).to_bytes(),
+        "a count past 2**53": counted.to_bytes(),
+        "a million layers claimed": bytes(many),
+    }
+
+
+def test_state_the_kernel_does_not_read_is_left_to_the_per_principal_path():
+    """Layers of the old hash, state saved under other settings, bytes the contract refuses
+    or values a double does not hold: marked ELSEWHERE (the kernel neither hangs nor reads
+    past them), and the group's other principal judged all the same."""
+    settings = QuotaSettings()
+    crafted = _crafted()
+    blobs = [*crafted.values(), PrincipalQuota(100, settings, 0).to_bytes()]
+    ts = np.full(len(blobs), 10, np.int64)
+    got = group.judge_group(ts, ts, ts, np.arange(len(blobs) + 1), blobs, [100] * len(blobs), settings, 0)
+    assert dict(zip(crafted, got.status, strict=False)) == dict.fromkeys(crafted, kernel.ELSEWHERE)
+    assert got.status[-1] == 0
