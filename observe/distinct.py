@@ -40,7 +40,7 @@ class DistinctCount:
 
     def add(self, pids) -> None:
         if self._exact is not None:
-            self._exact.update(int(p) for p in pids)
+            self._exact.update(np.asarray(pids, np.int64).tolist())  # ints, ~3x a generator's speed
             if len(self._exact) <= EXACT_UP_TO:
                 return
             pids, self._exact = np.fromiter(self._exact, np.int64, len(self._exact)), None

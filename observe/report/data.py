@@ -143,16 +143,28 @@ class Offenders:
         if decisions is None or decisions.empty:
             return self
         judged = decisions[decisions["verdict"].isin((ADMIT, THROTTLE))]
-        for user, pids in judged.groupby("principal")["producer_id"]:
-            self._pids.setdefault(user, DistinctCount()).add(pids.to_numpy(np.int64))
+        # the principals factorized once, then grouped by their integer codes (a million rows of
+        # a flood batch: grouping by the strings twice cost ~0.3 s)
+        codes, names = pd.factorize(judged["principal"])
+        named = codes >= 0
+        order = np.argsort(codes, kind="stable")[np.count_nonzero(~named) :]  # without a principal: none
+        pids = judged["producer_id"].to_numpy(np.int64)[order]
+        bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
+        for k, user in enumerate(names.tolist()):
+            self._pids.setdefault(user, DistinctCount()).add(pids[bounds[k] : bounds[k + 1]])
         self._add_clients(judged)
-        throttled = judged[judged["verdict"] == THROTTLE].groupby("principal")
-        per_user = throttled.agg(
-            n=("producer_id", "size"),
-            longest=("throttle_time_ms", "max"),
-            first=("timestamp", "min"),
-            last=("timestamp", "max"),
+        refused = (judged["verdict"] == THROTTLE).to_numpy(dtype=bool, na_value=False) & named
+        per_user = (
+            judged[refused]
+            .groupby(codes[refused])
+            .agg(
+                n=("producer_id", "size"),
+                longest=("throttle_time_ms", "max"),
+                first=("timestamp", "min"),
+                last=("timestamp", "max"),
+            )
         )
+        per_user.index = names[per_user.index]
         for user, r in per_user.iterrows():
             old = self._throttles.get(user)
             new = [int(r["n"]), int(r["longest"]), int(r["first"]), int(r["last"])]
