@@ -157,11 +157,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _compile_once() -> None:
     """A fresh installation compiles the judge here, once, said in a line, so that Spark's
-    Python workers load it (~0.5 s each) instead of each compiling it (~26 CPU-s each)."""
+    Python workers load it (~0.3 s each) instead of each compiling it (~16 CPU-s each)."""
     from pidquota.quota import kernel
 
     if not kernel.compiled_here():
-        print("pidquota: compiling the judge for this installation, once (about 30 s)...", flush=True)
+        print("pidquota: compiling the judge for this installation, once (about 20 s)...", flush=True)
         kernel.available()
 
 

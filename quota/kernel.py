@@ -143,7 +143,7 @@ def available() -> bool:
     """Whether the compiled kernel can run here: numba imports, and the kernel compiles.
 
     Its machine code is cached beside this file (``__pycache__``, numba's ``cache=True``):
-    ~26 CPU-s to compile once per installation (the group pass is most of it), ~0.5 s to
+    ~16 CPU-s to compile once per installation (the group pass is most of it), ~0.3 s to
     load in each new process (a Spark Python worker, once). From a zip (``pidquota package``,
     ``--py-files``) numba 0.68 caches it in the user's cache folder (``~/.cache/numba``), keyed
     by the zip's time and size: each executor's copy of the zip compiles it once, its Python
@@ -197,7 +197,7 @@ def _jit(njit, scope: dict, cache: bool) -> None:
 
 def compiled_here() -> bool:
     """Whether this installation already holds the kernels' machine code (numba's index files
-    beside this module): a process then loads it (~0.5 s) instead of compiling it (~26 CPU-s)."""
+    beside this module): a process then loads it (~0.3 s) instead of compiling it (~16 CPU-s)."""
     return any((Path(__file__).parent / "__pycache__").glob("kernel._group-*.nbi"))
 
 
@@ -334,18 +334,18 @@ I_ADMITTED, I_THROTTLED, I_LAYERS, I_BYTES, I_TOOK, I_REFUSED, I_NOW, I_TIMER, I
 
 
 def _get(b, o, n):
-    """The little-endian unsigned integer of ``n`` bytes at ``b[o]``, as uint64."""
-    v = np.uint64(0)
-    for j in range(n):
-        v |= np.uint64(b[o + j]) << np.uint64(8 * j)
-    return v
+    """The little-endian unsigned integer of ``n`` (4 or 8) bytes at ``b[o]``, as uint64."""
+    if n == 8:
+        return b[o : o + 8].view(np.uint64)[0]
+    return np.uint64(b[o : o + 4].view(np.uint32)[0])
 
 
 def _put(b, o, v, n):
-    """``v``'s ``n`` low bytes at ``b[o]``, little-endian."""
-    u = np.uint64(v)
-    for j in range(n):
-        b[o + j] = np.uint8((u >> np.uint64(8 * j)) & np.uint64(255))
+    """``v``'s ``n`` (4 or 8) low bytes at ``b[o]``, little-endian."""
+    if n == 8:
+        b[o : o + 8].view(np.uint64)[0] = np.uint64(v)
+    else:
+        b[o : o + 4].view(np.uint32)[0] = np.uint32(v)
 
 
 def _sizing(capacity, rate):
@@ -401,18 +401,16 @@ def _record(times, adm, wait, v0, v1, size, num, s0, s1, s2, s3, ns):
     return ns
 
 
-def _f64(b, o, sc, fv):
-    """The little-endian float64 at ``b[o]`` (``sc``/``fv``: one uint64 and its float64 view)."""
-    sc[0] = _get(b, o, 8)
-    return fv[0]
+def _f64(b, o):
+    """The little-endian float64 at ``b[o]``."""
+    return b[o : o + 8].view(np.float64)[0]
 
 
-def _put_f64(b, o, x, sc, fv):
-    fv[0] = x
-    _put(b, o, sc[0], 8)
+def _put_f64(b, o, x):
+    b[o : o + 8].view(np.float64)[0] = x
 
 
-def _load(b, o, e, window, layer_count, error_rate, room, sc, fv):  # noqa: PLR0911, PLR0912, PLR0915
+def _load(b, o, e, window, layer_count, error_rate, room):  # noqa: PLR0911, PLR0912, PLR0915
     """A saved state, ``b[o:e]``, read as ``PrincipalQuota.from_bytes`` reads it under the
     settings it was saved with, and the layers dead at its ``now`` dropped (``configure``).
     ``ok`` False: the per-principal path must read it (another version or hash, other
@@ -448,9 +446,9 @@ def _load(b, o, e, window, layer_count, error_rate, room, sc, fv):  # noqa: PLR0
     out = (head, s0, s1, s2, s3, created, last, err, cap, count, slices, per, offs, nbytes)
     if not shaped:
         return False, out, ns, 0, nl, bits, 0
-    head[0] = _f64(b, o + 4, sc, fv)  # rate
+    head[0] = _f64(b, o + 4)  # rate
     head[1] = float(np.int64(_get(b, o + 12, 8)))  # now
-    head[2] = _f64(b, o + 20, sc, fv)  # credit
+    head[2] = _f64(b, o + 20)  # credit
     head[3] = float(np.int64(_get(b, o + 28, 8)))  # bucket last
     head[4] = float(np.int64(_get(b, o + 36, 8)))  # admitted
     head[5] = float(np.int64(_get(b, o + 44, 8)))  # throttled
@@ -470,13 +468,13 @@ def _load(b, o, e, window, layer_count, error_rate, room, sc, fv):  # noqa: PLR0
         s0[j] = np.int64(_get(b, at, 8))
         s1[j] = np.int64(_get(b, at + 8, 8))
         s2[j] = np.int64(_get(b, at + 16, 8))
-        s3[j] = _f64(b, at + 24, sc, fv)
+        s3[j] = _f64(b, at + 24)
         if abs(s0[j]) >= _EXACT or abs(s1[j]) >= _EXACT or abs(s2[j]) >= _EXACT:
             return False, out, ns, 0, nl, bits, 0
     if not (
         np.int64(_get(b, o + q + 4, 8)) == window
         and np.int64(_get(b, o + q + 12, 4)) == layer_count
-        and _f64(b, o + q + 16, sc, fv) == error_rate
+        and _f64(b, o + q + 16) == error_rate
     ):
         return False, out, ns, 0, nl, bits, 0  # other settings: configure() decides
     at, used = o + q + BLOOM_HEAD, 0
@@ -489,7 +487,7 @@ def _load(b, o, e, window, layer_count, error_rate, room, sc, fv):  # noqa: PLR0
             return False, out, ns, 0, nl, bits, 0
         c_u, cnt_u = _get(b, at + 17, 8), _get(b, at + 25, 8)
         k_slices, k_per = np.int64(_get(b, at + 33, 4)), _get(b, at + 37, 8)
-        r = _f64(b, at + 45, sc, fv)
+        r = _f64(b, at + 45)
         size_u = _get(b, at + 53, 8)
         if (
             not (0.0 < r < 1.0)
@@ -569,14 +567,14 @@ def _size(ns, lo, nl, nbytes):
     return total
 
 
-def _save(pool, at, head, samples, ns, lo, nl, layers, bits, window, layer_count, error_rate, sc, fv):
+def _save(pool, at, head, samples, ns, lo, nl, layers, bits, window, layer_count, error_rate):
     """PrincipalQuota.to_bytes into ``pool[at:]``; returns the offset after it."""
     s0, s1, s2, s3 = samples
     created, last, err, cap, count, slices, per, offs, nbytes = layers
     pool[at], pool[at + 1], pool[at + 2], pool[at + 3] = 80, 81, 83, STATE_VERSION
-    _put_f64(pool, at + 4, head[0], sc, fv)
+    _put_f64(pool, at + 4, head[0])
     _put(pool, at + 12, np.int64(head[1]), 8)
-    _put_f64(pool, at + 20, head[2], sc, fv)
+    _put_f64(pool, at + 20, head[2])
     for j in range(3, 7):
         _put(pool, at + 28 + 8 * (j - 3), np.int64(head[j]), 8)
     _put(pool, at + 60, window, 8)
@@ -587,7 +585,7 @@ def _save(pool, at, head, samples, ns, lo, nl, layers, bits, window, layer_count
         _put(pool, at, s0[j], 8)
         _put(pool, at + 8, s1[j], 8)
         _put(pool, at + 16, s2[j], 8)
-        _put_f64(pool, at + 24, s3[j], sc, fv)
+        _put_f64(pool, at + 24, s3[j])
         at += SAMPLE
     bloom = BLOOM_HEAD
     for k in range(lo, nl):
@@ -597,7 +595,7 @@ def _save(pool, at, head, samples, ns, lo, nl, layers, bits, window, layer_count
     pool[at], pool[at + 1], pool[at + 2], pool[at + 3] = 76, 66, 70, BLOOM_VERSION
     _put(pool, at + 4, window, 8)
     _put(pool, at + 12, layer_count, 4)
-    _put_f64(pool, at + 16, error_rate, sc, fv)
+    _put_f64(pool, at + 16, error_rate)
     _put(pool, at + 24, nl - lo, 4)
     at += BLOOM_HEAD
     for k in range(lo, nl):
@@ -608,7 +606,7 @@ def _save(pool, at, head, samples, ns, lo, nl, layers, bits, window, layer_count
         _put(pool, at + 25, count[k], 8)
         _put(pool, at + 33, slices[k], 4)
         _put(pool, at + 37, per[k], 8)
-        _put_f64(pool, at + 45, err[k], sc, fv)
+        _put_f64(pool, at + 45, err[k])
         _put(pool, at + 53, nbytes[k], 8)
         at += LAYER_HEAD
         pool[at : at + nbytes[k]] = bits[offs[k] : offs[k] + nbytes[k]]
@@ -833,8 +831,6 @@ def _group(  # noqa: PLR0913
     seg_ts, seg_pids = np.empty(longest, np.int64), np.empty(longest, np.int64)
     pool = np.empty(len(blobs) + 1024 * P + 1024, np.uint8)
     poffs = np.zeros(P + 1, np.int64)
-    sc = np.zeros(1, np.uint64)
-    fv = sc.view(np.float64)
     span = max(1, window // layer_count)
     base_rate = error_rate / (layer_count + 1)
     at, nout = 0, 0
@@ -847,9 +843,7 @@ def _group(  # noqa: PLR0913
             bounds[p], bounds[p + 1], ts, pids, epochs, idx, spare, seg_ts, seg_pids, seg_src
         )
         a, b = 0, q
-        ok, arrs, ns, lo, nl, bits, used = _load(
-            blobs, o, e, window, layer_count, error_rate, b - a + 2, sc, fv
-        )
+        ok, arrs, ns, lo, nl, bits, used = _load(blobs, o, e, window, layer_count, error_rate, b - a + 2)
         head, s0, s1, s2, s3 = arrs[0], arrs[1], arrs[2], arrs[3], arrs[4]
         layers = (arrs[5], arrs[6], arrs[7], arrs[8], arrs[9], arrs[10], arrs[11], arrs[12], arrs[13])
         samples = (s0, s1, s2, s3)
@@ -885,7 +879,7 @@ def _group(  # noqa: PLR0913
             grown = np.empty(max(2 * len(pool), at + need), np.uint8)
             grown[:at] = pool[:at]
             pool = grown
-        at = _save(pool, at, head, samples, ns, lo, nl, layers, bits, window, layer_count, error_rate, sc, fv)
+        at = _save(pool, at, head, samples, ns, lo, nl, layers, bits, window, layer_count, error_rate)
         poffs[p + 1] = at
         imet[p, I_TIMER] = max(_evict_at(head, lo, nl, layers, float(window)), watermark + 1)
         rate_now, tokens, throttle, estimate, ns = _metrics(
