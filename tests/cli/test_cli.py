@@ -399,3 +399,20 @@ def test_warnings_logged_while_a_command_runs_say_pidquota_warning_once(capsys, 
     ]
     logging.getLogger("pidquota.redis").warning("after the command")  # the handler is gone again
     assert capsys.readouterr().err == ""
+
+
+def test_a_fresh_installation_compiles_the_judge_in_the_driver_once_and_says_so(monkeypatch, capsys):
+    """Without a cache, pidquota run compiles the judge before Spark starts, in one line, so its
+    Python workers load it instead of each compiling it; with one, it says nothing."""
+    from pidquota.cli import run as cli_run
+    from pidquota.quota import kernel
+
+    compiled = []
+    monkeypatch.setattr(kernel, "available", lambda: compiled.append(True) or True)
+    monkeypatch.setattr(kernel, "compiled_here", lambda: False)
+    cli_run._compile_once()
+    assert compiled == [True]
+    assert capsys.readouterr().out.startswith("pidquota: compiling the judge for this installation, once")
+    monkeypatch.setattr(kernel, "compiled_here", lambda: True)
+    cli_run._compile_once()
+    assert compiled == [True] and capsys.readouterr().out == ""
