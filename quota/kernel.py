@@ -320,17 +320,7 @@ STATE_VERSION, BLOOM_VERSION = 2, 2
 JUDGED, ELSEWHERE = 0, 1
 # The metrics it returns per principal (quota/group.py names them)
 F_RATE, F_TOKENS, F_THROTTLE, F_ESTIMATE = 0, 1, 2, 3
-I_ADMITTED, I_THROTTLED, I_LAYERS, I_BYTES, I_TOOK, I_REFUSED, I_NOW, I_TIMER, I_IGNORED = (
-    0,
-    1,
-    2,
-    3,
-    4,
-    5,
-    6,
-    7,
-    8,
-)
+I_ADMITTED, I_THROTTLED, I_LAYERS, I_BYTES, I_TOOK, I_REFUSED, I_NOW, I_TIMER = range(8)
 
 
 def _get(b, o, n):
@@ -815,7 +805,7 @@ def _group(  # noqa: PLR0913
     n = len(ts)
     status = np.zeros(P, np.int8)
     fmet = np.zeros((P, 4))
-    imet = np.zeros((P, 9), np.int64)
+    imet = np.zeros((P, 8), np.int64)
     vb = np.zeros(P + 1, np.int64)
     out_idx, out_now, out_wait = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
     out_tok, out_adm = np.empty(n), np.empty(n, np.bool_)
@@ -839,7 +829,7 @@ def _group(  # noqa: PLR0913
         rate = rates[p]
         vb[p] = nout
         poffs[p] = at
-        q, least, imet[p, I_IGNORED] = _sightings(
+        q, least, _ = _sightings(  # the ignored ones: the caller counts them for every principal
             bounds[p], bounds[p + 1], ts, pids, epochs, idx, spare, seg_ts, seg_pids, seg_src
         )
         a, b = 0, q
