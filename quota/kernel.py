@@ -17,6 +17,7 @@ import numpy as np
 
 from pidquota.bloom.hashing import MIX64
 from pidquota.bloom.layered import MAX_BASE_CAPACITY, MAX_LAYER_CAPACITY, MIN_LAYER_CAPACITY
+from pidquota.quota import zip_cache
 from pidquota.quota.bucket import SLACK
 from pidquota.quota.decision import Decisions
 
@@ -145,9 +146,10 @@ def available() -> bool:
     Its machine code is cached beside this file (``__pycache__``, numba's ``cache=True``):
     ~16 CPU-s to compile once per installation (the group pass is most of it), ~0.3 s to
     load in each new process (a Spark Python worker, once). From a zip (``pidquota package``,
-    ``--py-files``) numba 0.68 caches it in the user's cache folder (``~/.cache/numba``), keyed
-    by the zip's time and size: each executor's copy of the zip compiles it once, its Python
-    workers load it; a numba with no cache for zips compiles it in each process. It is compiled here,
+    ``--py-files``, ``run --master``) it is cached in numba's user-wide folder
+    (``~/.cache/numba``), one folder per zip's content (``quota/zip_cache.py``): a machine's
+    first executor of a build compiles it, every later one loads it; a numba with no cache for
+    zips (before 0.68) compiles it in each process. It is compiled here,
     on empty arrays, so a numba that cannot compile it is found before any batch: then, as
     without numba, the numpy judge decides (the same verdicts, slower), said once as a
     warning, and the stream goes on."""
@@ -186,13 +188,14 @@ _CALLED = ("_before", "_sort", "_sightings", "_get", "_put", "_f64", "_put_f64",
 
 def _jit(njit, scope: dict, cache: bool) -> None:
     """Every compiled function, compiled in place of its Python one (callers find the
-    compiled one among the module's globals when they are compiled, at their first call)."""
-    for name in _HELPERS:
-        scope[name] = njit(cache=cache, inline="always")(getattr(scope[name], "py_func", scope[name]))
-    for name in _CALLED:
-        scope[name] = njit(cache=cache, no_cpython_wrapper=True)(getattr(scope[name], "py_func", scope[name]))
-    for name in ("_kernel", "_group"):
-        scope[name] = njit(cache=cache, nogil=True)(getattr(scope[name], "py_func", scope[name]))
+    compiled one among the module's globals when they are compiled, at their first call).
+    From a zip, the cache folder is named by the zip's content (``quota/zip_cache.py``)."""
+    options = [(_HELPERS, {"inline": "always"}), (_CALLED, {"no_cpython_wrapper": True})]
+    for names, option in [*options, (("_kernel", "_group"), {"nogil": True})]:
+        for name in names:
+            scope[name] = njit(cache=cache, **option)(getattr(scope[name], "py_func", scope[name]))
+            if cache:
+                zip_cache.by_content(scope[name])
 
 
 def compiled_here() -> bool:
