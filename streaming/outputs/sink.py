@@ -140,6 +140,10 @@ class BatchFrames(Mapping):
             self._frames[name] = self._parts[name].to_pandas(types_mapper=NULLABLE.get)
         return self._frames[name]
 
+    def table(self, name: str) -> pa.Table:
+        """The output's Arrow rows themselves (what an observer that counts reads instead)."""
+        return self._parts[name]
+
     def __iter__(self):
         return iter([*self._parts, ACTIONS])
 

@@ -178,6 +178,53 @@ def test_run_summary_fed_by_batch_is_the_report_table(run_dir):
     assert summary.render() == SUMMARY
 
 
+def test_the_sinks_arrow_batches_give_the_same_summary_and_never_become_pandas(run_dir):
+    """What the sink hands on_batch (``BatchFrames``: Arrow rows, pandas only when read): the
+    summary counts the Arrow rows themselves, replayed ones left out as in pandas, and the
+    decisions of a flood batch are never turned into a pandas frame."""
+    from pidquota.streaming.outputs.sink import BatchFrames
+
+    summary, batches = rd.RunSummary(), []
+    for batch_id in (0, 1):
+        frames = {name: rd.read_output(run_dir, name) for name in OUTPUTS}
+        parts = {
+            k: pa.Table.from_pandas(f[f["batch_id"] == batch_id] if len(f) else f, preserve_index=False)
+            for k, f in frames.items()
+        }
+        batches.append(BatchFrames(parts))
+        summary.add(batches[-1])
+    pd.testing.assert_frame_equal(summary.offenders.table(), EXPECTED, check_dtype=False)
+    assert summary.render() == SUMMARY
+    assert all("decisions" not in b._frames and "metrics" not in b._frames for b in batches)
+
+
+def test_offenders_from_arrow_and_from_pandas_agree_on_random_batches():
+    """Random batches with nulls, replays, PIDs seen again across batches and many clients:
+    the table is the same whether each batch comes as an Arrow table or a pandas frame."""
+    import numpy as np
+
+    rng = np.random.default_rng(55)
+    from_arrow, from_pandas = rd.Offenders(), rd.Offenders()
+    for _ in range(6):
+        n = int(rng.integers(0, 400))
+        frame = pd.DataFrame(
+            {
+                "principal": rng.choice(["User:a", "User:b", "User:c", None], n),
+                "producer_id": rng.integers(0, 300, n),
+                "verdict": rng.choice([ADMIT, THROTTLE, THROTTLE, "OTHER"], n),
+                "throttle_time_ms": rng.integers(0, 10_000, n),
+                "timestamp": rng.integers(0, 10**6, n),
+                "client_id": rng.choice([f"app-{k}" for k in range(5)] + [None, ""], n),
+                "client_address": rng.choice(["10.0.0.1", "10.0.0.2", None], n),
+                "replay": rng.random(n) < 0.1,
+            }
+        ).convert_dtypes()
+        from_pandas.add(rd.live(frame))
+        from_arrow.add(rd.live_table(pa.Table.from_pandas(frame, preserve_index=False)))
+    pd.testing.assert_frame_equal(from_arrow.table(), from_pandas.table())
+    assert from_arrow.table()["throttles"].sum() > 0 and from_arrow.table()["client"].str.len().min() > 0
+
+
 def test_summary_without_throttles_is_one_line():
     summary = rd.RunSummary()
     assert summary.render() == "no users"
