@@ -17,9 +17,9 @@ import numpy as np
 
 from pidquota.bloom.hashing import MIX64
 from pidquota.bloom.layered import MAX_BASE_CAPACITY, MAX_LAYER_CAPACITY, MIN_LAYER_CAPACITY
-from pidquota.quota import zip_cache
 from pidquota.quota.bucket import SLACK
 from pidquota.quota.decision import Decisions
+from pidquota.quota.zip_cache import by_content
 
 # The kernel stops where a write needs a new layer (the caller rolls it, in Python)
 DONE, ROLL = 0, 1
@@ -195,7 +195,7 @@ def _jit(njit, scope: dict, cache: bool) -> None:
         for name in names:
             scope[name] = njit(cache=cache, **option)(getattr(scope[name], "py_func", scope[name]))
             if cache:
-                zip_cache.by_content(scope[name])
+                by_content(scope[name])
 
 
 def compiled_here() -> bool:
