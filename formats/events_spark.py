@@ -39,18 +39,18 @@ _LITERAL = r'(?<!\\)"{name}"\s*:\s*(-?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)'
 _HUGE_NUMBER = r'(?<!\\)"(' + "|".join(_INTEGER_FIELDS) + r')"\s*:\s*-?[0-9]{1000}'
 
 
-def _string_check(name: str, v: Column, kind: Column, absent: Column, shown: Column):
+def _string_check(name: str, kind: Column, absent: Column, shown: Column):
     check = (~absent & (kind != "STRING"), F.concat(F.lit(f"field '{name}' must be a string, got "), shown))
-    return [check], F.try_variant_get(v, f"$.{name}", "string")
+    return [check], F.col(_VALUE.format(name))
 
 
-def _integer_checks(name: str, bounds, v: Column, text: Column, kind: Column, absent: Column, shown: Column):
+def _integer_checks(name: str, bounds, text: Column, kind: Column, absent: Column, shown: Column):
     """An integer field: a JSON number written without fraction or exponent, within ``bounds``.
 
     ``5``, ``-1`` pass; ``"5"``, ``true``, ``5.5``, ``5.0`` and ``1e2`` are not integers;
     ``99999999999999999999`` and a 400-digit number are out of range.
     """
-    value = F.try_variant_get(v, f"$.{name}", "bigint")
+    value = F.col(_VALUE.format(name))
     span = f"{bounds[0]}..{bounds[1]}" if bounds else "int64"
     not_int = ~kind.rlike(_INTEGER_TYPES)
     literal = F.regexp_extract(text, _LITERAL.format(name=name), 1)
@@ -75,22 +75,44 @@ def _integer_checks(name: str, bounds, v: Column, text: Column, kind: Column, ab
     ], value
 
 
+# Each field, read from the record's VARIANT once, into columns of its own (its kind, value,
+# absence and text); the checks refer to those columns, and are one CASE WHEN. Spark plans
+# the strict parse anew in every micro-batch: as one tree that repeated each field's reads in
+# every check, and nested a CASE WHEN per check, that took 612 ms a batch, now 334 ms
+# (benchmarks/plan_cost.py; its optimized plan's text 20,858 characters, now 12,799).
+_KIND, _VALUE, _ABSENT, _SHOWN = "_kind_{}", "_value_{}", "_absent_{}", "_shown_{}"
+
+
+def _field_columns(v: Column) -> list[Column]:
+    """Each field of ``v`` as its own columns: its VARIANT kind, its value, whether it is
+    absent (missing, or JSON null) and its first 80 characters as JSON, for the messages."""
+    columns = []
+    for name, type_name, _, _ in EVENT_FIELDS:
+        sub = F.try_variant_get(v, f"$.{name}", "variant")
+        kind = F.schema_of_variant(sub)
+        value = F.try_variant_get(v, f"$.{name}", "string" if type_name == "string" else "bigint")
+        columns += [
+            kind.alias(_KIND.format(name)),
+            value.alias(_VALUE.format(name)),
+            (sub.isNull() | (kind == "VOID")).alias(_ABSENT.format(name)),
+            F.substring(F.to_json(sub), 1, 80).alias(_SHOWN.format(name)),
+        ]
+    return columns
+
+
 def _field_checks(
-    v: Column, text: Column, max_principal: int, fallback_ts: Column | None
+    text: Column, max_principal: int, fallback_ts: Column | None
 ) -> tuple[list[tuple[Column, Column]], dict[str, Column]]:
     checks: list[tuple[Column, Column]] = []
     values: dict[str, Column] = {}
     for name, type_name, required, bounds in EVENT_FIELDS:
-        sub = F.try_variant_get(v, f"$.{name}", "variant")
-        kind = F.schema_of_variant(sub)
-        absent = sub.isNull() | (kind == "VOID")  # missing, or JSON null
-        shown = F.substring(F.to_json(sub), 1, 80)
+        kind, absent, shown = (F.col(c.format(name)) for c in (_KIND, _ABSENT, _SHOWN))
         if required and not (name == "timestamp" and fallback_ts is not None):
             checks.append((absent, F.lit(f"missing required field '{name}'")))
         if type_name == "string":
-            more, values[name] = _string_check(name, v, kind, absent, shown)
+            more, values[name] = _string_check(name, kind, absent, shown)
         else:
-            more, values[name] = _integer_checks(name, bounds, v, text, kind, absent, shown)
+            more, values[name] = _integer_checks(name, bounds, text, kind, absent, shown)
         checks += more
     if fallback_ts is not None:  # Kafka: an event without a timestamp takes its record's
         values["timestamp"] = F.coalesce(values["timestamp"], fallback_ts)
@@ -168,18 +190,24 @@ def _context_id() -> str:
 
 
 @functools.lru_cache(maxsize=8)
+def _fields(context: str) -> tuple[Column, ...]:
+    """:func:`_field_columns` of ``v``, built once per SparkContext (``context``)."""
+    return tuple(_field_columns(F.col("v")))
+
+
+@functools.lru_cache(maxsize=8)
 def _judgement(max_principal: int, kafka: bool, context: str) -> tuple[Column, dict[str, Column], Column]:
     """The record's first failed check (its reason, null for an event), its fields' values and
-    its client identity, over the columns ``v`` and ``text`` (and ``kafka_timestamp`` for
-    Kafka). About 700 calls into the JVM, 0.6 s of a query's start on 2 cores: built once per
+    its client identity, over the columns ``v``, ``text``, the fields' own (:func:`_fields`) and
+    ``kafka_timestamp`` for Kafka. Hundreds of calls into the JVM: built once per
     limit, input kind and SparkContext (``context``), then every query reuses them."""
     fallback = F.col("kafka_timestamp") if kafka else None
     v, text = F.col("v"), F.col("text")
-    checks, values = _field_checks(v, text, max_principal, fallback)
+    checks, values = _field_checks(text, max_principal, fallback)
     checks = [*_record_checks(v, text), *checks]
-    reason = F.lit(None).cast("string")
-    for cond, why in reversed(checks):
-        reason = F.when(cond, why).otherwise(reason)
+    reason = F.when(*checks[0])  # one CASE WHEN, the first check that fails (null: none)
+    for cond, why in checks[1:]:
+        reason = reason.when(cond, why)
     return reason, values, _client(values)
 
 
@@ -209,7 +237,8 @@ def parse_events(lines: DataFrame, max_principal: int, keep: tuple[str, ...] = (
         *keep,
     ).select("*", F.when(~F.col("too_nested"), F.try_parse_json("text")).alias("v"))
     reason, values, client = _judgement(max_principal, fallback is not None, _context_id())
-    checked = parsed.select(
+    fields = parsed.select("*", *_fields(_context_id()))
+    checked = fields.select(
         "raw",
         "source",
         reason.alias("reason"),
