@@ -42,6 +42,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args()
+    if args.rounds < 3:
+        ap.error("--rounds: at least 3 (the first two are left out)")
     from pidquota.conf.loader import load
     from pidquota.formats.events_spark import parse_events
     from pidquota.streaming.session import spark_session

@@ -8,7 +8,7 @@ the kernel anew (16-41 CPU-s, in its first batch) and left ~2 MB in ``~/.cache/n
 nothing removed: 37 such folders, 73 MB, on the machine that found it.
 
 Here the folder is named after the zip's *content*:
-``<numba's cache folder>/pidquota_zip_<the first 16 hex digits of the zip's SHA-256>``
+``<numba's cache folder>/pidquota_zip_<the first 16 hex digits of the zip's SHA-256>_numba<version>_<Python's cache tag>``
 (numba's cache folder: ``NUMBA_CACHE_DIR`` if set, else the user's, ``~/.cache/numba``).
 ``pidquota package`` and ``run --master`` write the same bytes for the same code (the zip's
 entries carry a fixed date), so every copy of one build, in every application, shares one
@@ -49,9 +49,15 @@ def _digest(path: str, mtime_ns: int, size: int) -> str:
 
 
 def folder_name(zip_path: str) -> str:
-    """The cache folder's name for this zip: the same for every copy of the same bytes."""
+    """The cache folder's name for this zip: the same for every copy of the same bytes, and
+    apart for each numba and Python (numba checks its index's version, not its data files')."""
+    import sys
+
+    from numba import __version__ as numba_version
+
     st = os.stat(zip_path)
-    return f"pidquota_zip_{_digest(zip_path, st.st_mtime_ns, st.st_size)}"
+    digest = _digest(zip_path, st.st_mtime_ns, st.st_size)
+    return f"pidquota_zip_{digest}_numba{numba_version}_{sys.implementation.cache_tag}"
 
 
 @functools.cache
@@ -70,7 +76,7 @@ def _cache_class():
         def __init__(self, py_func, py_file):
             super().__init__(py_func, py_file)
             base = config.CACHE_DIR or os.path.dirname(self._cache_path)
-            self._cache_path = os.path.join(base, folder_name(self._zip_path))
+            self._cache_path = os.path.join(base, folder_name(zip_of(py_file)))
 
         @classmethod
         def from_function(cls, py_func, py_file):
@@ -94,13 +100,18 @@ def _cache_class():
 
 def by_content(dispatcher) -> bool:
     """Give a numba dispatcher of a function read from a zip the cache folder named by the
-    zip's content. False, leaving numba's own cache, for a file on disk, for a numba without a
-    zip cache, or when the folder cannot be made."""
+    zip's content. False for a file on disk, or a numba without a zip cache (numba's own cache
+    stays); False too when the folder cannot be made or read (a read-only home on an executor):
+    then no cache at all, so the kernel still compiles (numba's own zip cache would fail the
+    compile there, on saving)."""
     cache = _cache_class()
     if cache is None or zip_of(dispatcher.py_func.__code__.co_filename) is None:
         return False
     try:
         dispatcher._cache = cache(dispatcher.py_func)  # numba's cache=True, with our folder
-    except RuntimeError:  # "no locator available": the folder could not be made
+    except Exception:  # "no locator available", or the zip unreadable: compiled, not cached
+        from numba.core.caching import NullCache
+
+        dispatcher._cache = NullCache()
         return False
     return True

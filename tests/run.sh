@@ -33,7 +33,7 @@ python3 -m ruff check .
 # (quota/zip_cache.py), which their executors load instead of each compiling it.
 python3 -c "from pidquota.quota import kernel; assert kernel.available()" &
 in_tree=$!
-python3 tests/harness/zip_kernel.py >/dev/null
+python3 tests/harness/zip_kernel.py >/dev/null || { wait "$in_tree" || true; exit 1; }
 wait "$in_tree"
 # Two workers, a test file each at a time (pytest-xdist): 17-25 minutes for about 1,500 tests on 2 cores,
 # against about 33 minutes in one (docs/development.md). Arguments after ours win (-n 0: one).

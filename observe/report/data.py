@@ -153,10 +153,11 @@ class Offenders:
         # a flood batch: grouping by the strings twice cost ~0.3 s)
         encoded = pc.dictionary_encode(judged["principal"]).combine_chunks()
         codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        codes[~pc.is_valid(judged["producer_id"]).to_numpy(zero_copy_only=False)] = -1  # no PID: none counted
         names = encoded.dictionary.to_pylist()
         named = codes >= 0
         order = np.argsort(codes, kind="stable")[np.count_nonzero(~named) :]  # without a principal: none
-        pids = judged["producer_id"].to_numpy().astype(np.int64, copy=False)[order]
+        pids = judged["producer_id"].fill_null(0).to_numpy().astype(np.int64, copy=False)[order]
         bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
         for k, user in enumerate(names):
             self._pids.setdefault(user, DistinctCount()).add(pids[bounds[k] : bounds[k + 1]])
@@ -267,8 +268,8 @@ def _principals(frame) -> pa.ChunkedArray | None:
 def _judged(decisions) -> pa.Table | None:
     """The ADMIT and THROTTLE rows, with the columns :class:`Offenders` counts (None: none)."""
     table = _arrow(decisions, _COUNTED)
-    if table is None or "verdict" not in table.column_names:
-        return None
+    if table is None or "verdict" not in table.column_names or pa.types.is_null(table["verdict"].type):
+        return None  # no rows, or none with a verdict
     judged = table.filter(pc.fill_null(pc.is_in(table["verdict"], pa.array([ADMIT, THROTTLE])), False))
     return judged if judged.num_rows else None
 

@@ -55,3 +55,38 @@ def test_a_second_copy_of_the_zip_loads_the_kernel_the_first_compiled_or_loaded(
     assert Path(first["cache_path"]).name == zip_cache.folder_name(str(a))
     assert second["cache_path"] == first["cache_path"]
     assert second["hits"] >= 1 and second["misses"] == 0, second
+
+
+TINY = "def twice(x):\n    return 2 * x\n"
+PROBE = """
+import json, sys
+sys.path.insert(0, {zip!r})
+from numba import njit
+from numba.core.caching import NullCache
+import tiny
+from pidquota.quota import zip_cache
+d = njit(cache=True)(tiny.twice)
+kept = zip_cache.by_content(d)
+print(json.dumps({{"kept": kept, "null": isinstance(d._cache, NullCache), "value": d(21)}}))
+"""
+
+
+def test_a_cache_folder_that_cannot_be_made_compiles_without_a_cache(tmp_path):
+    """A home whose cache folder cannot be made (here: NUMBA_CACHE_DIR under a file; on an
+    executor, a read-only home): the function is compiled and runs, uncached, where numba's
+    own zip cache failed the compile when it saved."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    z = tmp_path / "tiny.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("tiny.py", TINY)
+    (tmp_path / "a-file").write_text("")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "a-file" / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(zip=str(z))], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"kept": False, "null": True, "value": 42}

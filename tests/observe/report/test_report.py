@@ -200,11 +200,12 @@ def test_the_sinks_arrow_batches_give_the_same_summary_and_never_become_pandas(r
 
 def test_offenders_from_arrow_and_from_pandas_agree_on_random_batches():
     """Random batches with nulls, replays, PIDs seen again across batches and many clients:
-    the table is the same whether each batch comes as an Arrow table or a pandas frame."""
+    the table is the same whether each batch comes as an Arrow table or a pandas frame, and its
+    counts are those of a plain Python count of the live rows."""
     import numpy as np
 
     rng = np.random.default_rng(55)
-    from_arrow, from_pandas = rd.Offenders(), rd.Offenders()
+    from_arrow, from_pandas, seen = rd.Offenders(), rd.Offenders(), []
     for _ in range(6):
         n = int(rng.integers(0, 400))
         frame = pd.DataFrame(
@@ -219,10 +220,32 @@ def test_offenders_from_arrow_and_from_pandas_agree_on_random_batches():
                 "replay": rng.random(n) < 0.1,
             }
         ).convert_dtypes()
+        seen.append(frame)
         from_pandas.add(rd.live(frame))
         from_arrow.add(rd.live_table(pa.Table.from_pandas(frame, preserve_index=False)))
     pd.testing.assert_frame_equal(from_arrow.table(), from_pandas.table())
     assert from_arrow.table()["throttles"].sum() > 0 and from_arrow.table()["client"].str.len().min() > 0
+    # and the counts, row by row in plain Python (an independent reference)
+    want: dict = {}
+    for r in pd.concat(seen).itertuples():
+        if r.replay or r.verdict not in (ADMIT, THROTTLE) or r.principal is pd.NA:
+            continue
+        pids, n, longest, first, last = want.setdefault(r.principal, [set(), 0, None, None, None])
+        pids.add(r.producer_id)
+        if r.verdict == THROTTLE:
+            longest = r.throttle_time_ms if longest is None else max(longest, r.throttle_time_ms)
+            first = r.timestamp if first is None else min(first, r.timestamp)
+            last = r.timestamp if last is None else max(last, r.timestamp)
+            want[r.principal][1:] = [n + 1, longest, first, last]
+    got = from_arrow.table().set_index("user")
+    for user, (pids, n, longest, first, last) in want.items():
+        assert (got.new_pids[user], got.throttles[user]) == (len(pids), n), user
+        if n:
+            assert (
+                got.longest_throttle_ms[user],
+                got.first_throttle_ms[user],
+                got.last_throttle_ms[user],
+            ) == (longest, first, last), user
 
 
 def test_summary_without_throttles_is_one_line():
