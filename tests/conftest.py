@@ -48,24 +48,33 @@ SLOW = ("spark", "e2e", "cluster", "kafka")
 SPARK = ("spark", "e2e", "cluster")
 
 
-# The longest test files (minutes each, from `--durations`), handed out first: the two workers
-# take whole files in collection order (--dist loadfile), and one of these taken last kept one
-# worker busy for minutes after the other had finished.
+# The longest test files (from `--durations=0` of a whole run, longest first), handed out first:
+# the two workers take whole files in this order (tests/run.sh: --dist loadfile
+# --no-loadscope-reorder; without that flag xdist 3.5+ hands out the files with the most tests
+# first, and the heaviest ones, of few tests each, went last: 76 s of one worker alone at the end).
 HEAVY_FIRST = (
     "streaming/test_faults.py",
+    "plugin/test_plugin_broker.py",
     "streaming/test_spark_cluster.py",
     "sources/test_kafka.py",
-    "actuate/test_in_a_run.py",
-    "sources/test_follow_crash.py",
-    "streaming/test_state_groups.py",
-    "sources/test_request_log_input.py",
+    "plugin/test_plugin_actuator.py",
     "streaming/test_failover.py",
+    "actuate/test_in_a_run.py",
+    "plugin/test_plugin_safety.py",
+    "sources/test_request_log_input.py",
+    "test_packaging.py",
     "streaming/test_fuzz.py",
     "recommend/test_recommend_job.py",
-    "test_packaging.py",
-    "streaming/test_replay.py",
+    "streaming/test_state_groups.py",
     "cli/test_demo.py",
+    "streaming/test_enforcer_query.py",
+    "streaming/test_replay.py",
+    "sources/test_follow_crash.py",
     "formats/test_hostile_lines.py",
+    "sources/test_request_log_broker.py",
+    "observe/test_prometheus.py",
+    "streaming/test_class_data.py",
+    "store/test_redis_tls.py",
 )
 
 

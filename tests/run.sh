@@ -37,4 +37,4 @@ python3 tests/harness/zip_kernel.py >/dev/null || { wait "$in_tree" || true; exi
 wait "$in_tree"
 # Two workers, a test file each at a time (pytest-xdist): 17-25 minutes for about 1,500 tests on 2 cores,
 # against about 33 minutes in one (docs/development.md). Arguments after ours win (-n 0: one).
-python3 -m pytest -n 2 --dist loadfile "$@"
+python3 -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"
