@@ -163,11 +163,13 @@ def test_kills_and_ctrl_c_mid_run_then_restarts_equal_an_uninterrupted_run_once_
     tmp_path, redis_server, kafka, straight_run
 ):
     """Faults mid-run, each followed by a restart: Python workers killed until a task is lost
-    (the run goes on: the task is retried) and then SIGKILL of the whole group, a Ctrl-C, a
-    second SIGKILL, then a crash between a batch's Kafka commit and Spark's. The files, the Redis
-    throttle state and the decisions topic (read committed, exactly once) all equal an
-    uninterrupted run's, with nothing twice. Then at least once: the same run, its last
-    commit lost again and resumed at least once, sends that batch to the topic a second time."""
+    (the run goes on: the task is retried) and then SIGKILL of the whole group, a Ctrl-C, Spark's
+    JVM alone killed (as the kernel's OOM killer would: the run ends in one line naming
+    pidquota.spark.driver.memory, not py4j's traceback), then a crash between a batch's Kafka
+    commit and Spark's. The files, the Redis throttle state and the decisions topic (read
+    committed, exactly once) all equal an uninterrupted run's, with nothing twice. Then at least
+    once: the same run, its last commit lost again and resumed at least once, sends that batch
+    to the topic a second time. (The JVM's kill was a test and a run of its own.)"""
     import redis
 
     inp, straight = straight_run
@@ -176,20 +178,17 @@ def test_kills_and_ctrl_c_mid_run_then_restarts_equal_an_uninterrupted_run_once_
     _lose_a_task_then_kill_9(cmd, crashed)
     landed = 0 < _batches(crashed) < FILES
     rng = random.Random(936)
-    for sig in (signal.SIGINT, signal.SIGKILL):  # after the lost task's kill -9
-        rc, err = _interrupt(cmd, crashed, sig, rng.randint(1, 3), rng.uniform(0, 1.5))
-        landed += 0 < _batches(crashed) < FILES
-        if sig == signal.SIGINT:  # a Ctrl-C: one line, no traceback, exit 130 (or 0 if it had finished)
-            assert rc in (0, 130), err[-3000:]
-            assert "Traceback" not in err and "py4j" not in err, err[-3000:]
-            if rc == 130:
-                ours = [line for line in err.splitlines() if line.startswith("pidquota:")]
-                assert ours == ["pidquota: stopping after the batch in flight (Ctrl-C; again to stop now)"], (
-                    err
-                )
-        if _batches(crashed) >= FILES:
-            break
+    # after the lost task's kill -9: a Ctrl-C: one line, no traceback, exit 130 (or 0 if it had finished)
+    rc, err = _interrupt(cmd, crashed, signal.SIGINT, rng.randint(1, 3), rng.uniform(0, 1.5))
+    landed += 0 < _batches(crashed) < FILES
+    assert rc in (0, 130), err[-3000:]
+    assert "Traceback" not in err and "py4j" not in err, err[-3000:]
+    if rc == 130:
+        ours = [line for line in err.splitlines() if line.startswith("pidquota:")]
+        assert ours == ["pidquota: stopping after the batch in flight (Ctrl-C; again to stop now)"], err
     assert landed >= 2  # the interruptions fell mid-run, not before the first or after the last batch
+    assert _batches(crashed) < FILES - 1  # a batch after the next for Spark's JVM to die under
+    _kill_the_jvm(cmd, crashed)
     _lose_last_commit(crashed)  # and a crash between a batch's Kafka commit and Spark's
     _finish(cmd)
 
@@ -369,18 +368,14 @@ def _spark_jvm(root: int) -> int | None:
     return None
 
 
-@pytest.mark.e2e
-def test_a_jvm_that_dies_mid_run_is_one_line_naming_the_heap_setting(tmp_path):
-    """Spark's JVM killed under a run (as the kernel's OOM killer would): the run ends with one
-    line that says so and names pidquota.spark.driver.memory, not py4j's traceback."""
-    inp, out = tmp_path / "in", tmp_path / "out"
-    _write_input(inp)
-    proc = subprocess.Popen(
-        _file_run(inp, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
-    )
+def _kill_the_jvm(cmd: list[str], out: Path) -> None:
+    """Spark's JVM killed under a run, a batch after it resumed (as the kernel's OOM killer
+    would): the run ends with one line that says so and names pidquota.spark.driver.memory,
+    not py4j's traceback; the restart after it must lose nothing."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        deadline = time.monotonic() + 180
-        while proc.poll() is None and _batches(out) < 2 and time.monotonic() < deadline:
+        target, deadline = _batches(out) + 1, time.monotonic() + 180
+        while proc.poll() is None and _batches(out) < target and time.monotonic() < deadline:
             time.sleep(0.05)
         jvm = _spark_jvm(proc.pid)
         assert proc.poll() is None and jvm is not None, "the run ended before its JVM could be killed"
