@@ -135,13 +135,14 @@ def _trailing(text: Column) -> Column:
     return F.when(closers > 1, more).otherwise(F.lit(False))
 
 
-def _source(lines: DataFrame) -> Column:
-    """Where a record came from, for its dead letter: Kafka position or file."""
-    if "kafka_offset" in lines.columns:
-        return F.concat_ws("", "kafka_topic", F.lit("/"), "kafka_partition", F.lit("@"), "kafka_offset")
-    if "source_file" in lines.columns:
-        return F.col("source_file")
-    return F.lit(None).cast("string")
+# Where a record came from, for its dead letter: Kafka position, file, or nothing known.
+_SOURCES = {
+    "kafka": lambda: F.concat_ws(
+        "", "kafka_topic", F.lit("/"), "kafka_partition", F.lit("@"), "kafka_offset"
+    ),
+    "file": lambda: F.col("source_file"),
+    "": lambda: F.lit(None).cast("string"),
+}
 
 
 def _record_checks(v: Column, text: Column) -> list[tuple[Column, Column]]:
@@ -211,6 +212,61 @@ def _judgement(max_principal: int, kafka: bool, context: str) -> tuple[Column, d
     return reason, values, _client(values)
 
 
+@functools.lru_cache(maxsize=16)
+def _read_columns(source: str, kafka: bool, keep: tuple[str, ...], context: str) -> tuple[Column, ...]:
+    """The first projection's columns: the raw value, its text without a byte order mark, whether
+    it is too nested, its ``source`` (:func:`_source`'s kind: ``kafka``, ``file`` or none) and
+    the ``keep`` columns; built once per shape and SparkContext (``context``), like
+    :func:`_judgement`: every query of a session (a test's hundreds) reuses them."""
+    # Bytes that are not UTF-8 (a binary record) become U+FFFD here: Arrow, which
+    # carries every row to the Python operator, refuses invalid UTF-8 and would fail the query.
+    value = F.make_valid_utf8(F.col("value"))
+    # A UTF-8 byte order mark before the object is tolerated (a file saved by a Windows tool).
+    text = F.when(value.startswith(_BOM), F.substring(value, 2, 2**31 - 1)).otherwise(value)
+    brackets = F.length(text) - F.length(F.translate(text, "{[", ""))
+    return (
+        value.alias("raw"),
+        text.alias("text"),
+        (brackets > MAX_BRACKETS).alias("too_nested"),
+        _SOURCES[source]().alias("source"),
+        *([F.col("kafka_timestamp").alias("kafka_timestamp")] if kafka else []),
+        *(F.col(k) for k in keep),
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _judged_columns(
+    max_principal: int, kafka: bool, keep: tuple[str, ...], context: str
+) -> tuple[Column, tuple[Column, ...], tuple[Column, ...]]:
+    """The parsed record column ``v``, the checked projection's columns and the output's, built
+    once per shape and SparkContext (``context``), as :func:`_read_columns`."""
+    reason, values, client = _judgement(max_principal, kafka, context)
+    parsed = F.when(~F.col("too_nested"), F.try_parse_json("text")).alias("v")
+    checked = (
+        F.col("raw"),
+        F.col("source"),
+        reason.alias("reason"),
+        *(values[n].alias(n) for n in ("principal", "producer_id", "timestamp")),
+        values["producer_epoch"].alias("producer_epoch"),
+        client.alias("client"),
+        *(F.col(k) for k in keep),
+    )
+    ok = F.col("reason").isNull()
+    out = (
+        F.when(ok, F.lit(KIND_EVENT)).otherwise(F.lit(KIND_DEAD)).alias("kind"),
+        F.when(ok, F.col("principal")).otherwise(F.lit("")).alias("principal"),
+        F.when(ok, F.col("producer_id")).alias("producer_id"),
+        F.when(ok, F.coalesce(F.col("producer_epoch").cast("int"), F.lit(-1))).alias("producer_epoch"),
+        F.when(ok, F.col("timestamp")).alias("timestamp"),
+        F.when(ok, F.col("client")).alias("client"),
+        F.when(~ok, F.col("raw")).alias("raw"),
+        F.col("reason"),
+        F.when(~ok, F.col("source")).alias("source"),
+        *(F.col(k) for k in keep),
+    )
+    return parsed, checked, out
+
+
 def parse_events(lines: DataFrame, max_principal: int, keep: tuple[str, ...] = ()) -> DataFrame:
     """``value`` strings in; ``kind``, ``principal``, ``producer_id``, ``producer_epoch``,
     ``timestamp``, ``client``, ``raw``, ``reason``, ``source`` out, then the ``keep`` columns as
@@ -221,42 +277,8 @@ def parse_events(lines: DataFrame, max_principal: int, keep: tuple[str, ...] = (
     dropped. With a ``kafka_timestamp`` column (the Kafka source), an event
     without a ``timestamp`` takes its record's timestamp.
     """
-    fallback = F.col("kafka_timestamp") if "kafka_timestamp" in lines.columns else None
-    # Bytes that are not UTF-8 (a binary record) become U+FFFD here: Arrow, which
-    # carries every row to the Python operator, refuses invalid UTF-8 and would fail the query.
-    value = F.make_valid_utf8(F.col("value"))
-    # A UTF-8 byte order mark before the object is tolerated (a file saved by a Windows tool).
-    text = F.when(value.startswith(_BOM), F.substring(value, 2, 2**31 - 1)).otherwise(value)
-    brackets = F.length(text) - F.length(F.translate(text, "{[", ""))
-    parsed = lines.select(
-        value.alias("raw"),
-        text.alias("text"),
-        (brackets > MAX_BRACKETS).alias("too_nested"),
-        _source(lines).alias("source"),
-        *([fallback.alias("kafka_timestamp")] if fallback is not None else []),
-        *keep,
-    ).select("*", F.when(~F.col("too_nested"), F.try_parse_json("text")).alias("v"))
-    reason, values, client = _judgement(max_principal, fallback is not None, _context_id())
-    fields = parsed.select("*", *_fields(_context_id()))
-    checked = fields.select(
-        "raw",
-        "source",
-        reason.alias("reason"),
-        *(values[n].alias(n) for n in ("principal", "producer_id", "timestamp")),
-        values["producer_epoch"].alias("producer_epoch"),
-        client.alias("client"),
-        *keep,
-    )
-    ok = F.col("reason").isNull()
-    return checked.select(
-        F.when(ok, F.lit(KIND_EVENT)).otherwise(F.lit(KIND_DEAD)).alias("kind"),
-        F.when(ok, F.col("principal")).otherwise(F.lit("")).alias("principal"),
-        F.when(ok, F.col("producer_id")).alias("producer_id"),
-        F.when(ok, F.coalesce(F.col("producer_epoch").cast("int"), F.lit(-1))).alias("producer_epoch"),
-        F.when(ok, F.col("timestamp")).alias("timestamp"),
-        F.when(ok, F.col("client")).alias("client"),
-        F.when(~ok, F.col("raw")).alias("raw"),
-        F.col("reason"),
-        F.when(~ok, F.col("source")).alias("source"),
-        *keep,
-    )
+    kafka, context, keep = "kafka_timestamp" in lines.columns, _context_id(), tuple(keep)
+    source = "kafka" if "kafka_offset" in lines.columns else "file" if "source_file" in lines.columns else ""
+    parsed, checked, out = _judged_columns(max_principal, kafka, keep, context)
+    read = lines.select(*_read_columns(source, kafka, keep, context)).select("*", parsed)
+    return read.select("*", *_fields(context)).select(*checked).select(*out)

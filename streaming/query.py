@@ -6,7 +6,7 @@ import functools
 from pathlib import Path
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming.state import GroupStateTimeout
@@ -162,16 +162,28 @@ def screened(lines: DataFrame, max_principal: int, fmt=None) -> DataFrame:
     strict_parse = formats.strict_of(fmt)
     if strict_parse is None:
         return _judged(out)
+    unchecked, merged = _strict_columns(tuple(others), lines.sparkSession.sparkContext.applicationId)
+    parsed = strict_parse(out.select(*unchecked), max_principal, keep=tuple(n for n, _ in FOLDED))
+    return parsed.select(*merged)
+
+
+@functools.lru_cache(maxsize=16)
+def _strict_columns(others: tuple[str, ...], context: str) -> tuple[tuple[Column, ...], tuple[Column, ...]]:
+    """:func:`screened`'s columns around the strict parse: the unchecked lines' (``value`` null
+    where the screen checked the line), and the merge of the strict parse's rows with the
+    screen's. Built once per shape and SparkContext (``context``): each query of a session
+    reuses them (a test session starts hundreds)."""
     check = F.col("check")
-    unchecked = out.select(
-        F.when(check, F.col("value").cast("string")).alias("value"), *others, *(n for n, _ in FOLDED)
+    unchecked = (
+        F.when(check, F.col("value").cast("string")).alias("value"),
+        *(F.col(c) for c in others),
+        *(F.col(n) for n, _ in FOLDED),
     )
-    parsed = strict_parse(unchecked, max_principal, keep=tuple(n for n, _ in FOLDED))
     event = check & (F.col("kind") == KIND_EVENT)
     named = event & F.col("client").isNotNull()
     dead = F.when(check & (F.col("kind") == KIND_DEAD), F.to_json(F.struct("raw", "reason", "source")))
     dead = dead.otherwise(F.col("f_dead"))  # judged by the format's screen itself
-    return parsed.select(
+    merged = (
         F.when(check, F.col("principal")).otherwise(F.col("f_principal")).alias("principal"),
         F.when(event, F.array("producer_id")).otherwise(F.col("f_producer_ids")).alias("producer_ids"),
         F.when(event, F.array("timestamp")).otherwise(F.col("f_timestamps")).alias("timestamps"),
@@ -181,6 +193,7 @@ def screened(lines: DataFrame, max_principal: int, fmt=None) -> DataFrame:
         dead.alias("dead"),
         F.when(check, F.col("timestamp")).otherwise(F.col("f_max_ts")).alias("max_ts"),
     )
+    return unchecked, merged
 
 
 def _judged(out: DataFrame) -> DataFrame:
