@@ -215,7 +215,7 @@ def _judgement(max_principal: int, kafka: bool, context: str) -> tuple[Column, d
 @functools.lru_cache(maxsize=16)
 def _read_columns(source: str, kafka: bool, keep: tuple[str, ...], context: str) -> tuple[Column, ...]:
     """The first projection's columns: the raw value, its text without a byte order mark, whether
-    it is too nested, its ``source`` (:func:`_source`'s kind: ``kafka``, ``file`` or none) and
+    it is too nested, its ``source`` (:data:`_SOURCES`: ``kafka``, ``file`` or none) and
     the ``keep`` columns; built once per shape and SparkContext (``context``), like
     :func:`_judgement`: every query of a session (a test's hundreds) reuses them."""
     # Bytes that are not UTF-8 (a binary record) become U+FFFD here: Arrow, which
