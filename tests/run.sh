@@ -31,7 +31,9 @@ python3 -m ruff check .
 # into its cache beside the module, which the workers and every local Spark Python worker load,
 # and, from the zip the cluster tests ship, into the cache folder of that zip's content
 # (quota/zip_cache.py), which their executors load instead of each compiling it.
-python3 -c "from pidquota.quota import kernel; assert kernel.available()" &
+# The sink's JSON writer (streaming/outputs/jsonl_kernel.py) with it.
+python3 -c "from pidquota.quota import kernel; from pidquota.streaming.outputs import jsonl_kernel
+assert kernel.available() and jsonl_kernel.compiled()" &
 in_tree=$!
 python3 tests/harness/zip_kernel.py >/dev/null || { wait "$in_tree" || true; exit 1; }
 wait "$in_tree"

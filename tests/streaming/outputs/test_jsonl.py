@@ -8,10 +8,21 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from pidquota.streaming.outputs import jsonl_kernel
 from pidquota.streaming.outputs.jsonl import doubles, jsonl_bytes
 from pidquota.streaming.outputs.sink import NULLABLE
 
 pytestmark = pytest.mark.quick
+
+
+@pytest.fixture(autouse=True, params=["compiled", "arrow"])
+def writer(request, monkeypatch):
+    """Every test twice: the compiled writer (``jsonl_kernel.py``), then the Arrow path."""
+    compiled = jsonl_kernel.compiled()
+    assert compiled is not None, "numba is a dependency: the compiled JSON writer must compile here"
+    monkeypatch.setattr(jsonl_kernel, "_compiled", compiled if request.param == "compiled" else None)
+    return request.param
+
 
 EDGE_DOUBLES = [
     0.0, -0.0, 1.0, 0.1, 1 / 3, 2 / 3, -2.5, 0.99999999999, 0.999999999949, 5e-11, 1.5e-10, 2.5e-10,
@@ -19,6 +30,7 @@ EDGE_DOUBLES = [
     1e-15, 1e-16, -1e-16, 1.23456789012345e-5, 1e300, 5e-324, np.nan, np.inf, -np.inf, 4.35, 0.5, 1.5,
     2**53, 2**63 - 1.0, 99.99999999995, 0.00000000005,
 ]  # fmt: skip
+EDGE_INTS = [-(2**63), 2**63 - 1, 0, -1, 10**18, -(10**18)]
 AWKWARD_STRINGS = [
     "User:alice", 'say "hi"', "back\\slash", "a/b", "line\nbreak", "tab\t", "\x00\x01\x1f\x7f",
     "\b\f\r", "héllo ☃ 𝄞", "\u2028\u2029", "", "}\n{", "User:CN=app/x,O=Acme",
@@ -47,7 +59,9 @@ def random_table(rng: np.random.Generator, n: int) -> pa.Table:
     return pa.table(
         {
             "principal": nulls(rng.choice(AWKWARD_STRINGS, n), pa.string()),
-            "producer_id": nulls(rng.integers(-(2**62), 2**62, n), pa.int64()),
+            "producer_id": nulls(
+                np.concatenate([rng.integers(-(2**62), 2**62, n - 6), EDGE_INTS]), pa.int64()
+            ),
             "producer_epoch": nulls(rng.integers(-1, 32_767, n).astype(np.int32), pa.int32()),
             "count": pa.array(rng.integers(0, 10**12, n), pa.int64()),
             "tokens": nulls(floats * signs, pa.float64()),
@@ -121,3 +135,36 @@ def test_large_string_columns_are_written_as_string_ones():
     table = random_table(np.random.default_rng(3), 300)
     large = table.set_column(0, "principal", table["principal"].cast(pa.large_string()))
     assert arrow_text(large) == pandas_text(table)
+
+
+def test_the_compiled_writer_is_the_one_that_writes_when_numba_is_there(writer, monkeypatch):
+    """Not a silent fall back: with numba, every chunk of supported columns goes through the
+    compiled writer (a spy counts its calls), and its bytes are the Arrow path's."""
+    from pidquota.streaming.outputs import jsonl
+
+    calls = []
+    compiled = jsonl_kernel.compiled()
+
+    def spy(*args):
+        calls.append(len(args))
+        return compiled(*args)
+
+    monkeypatch.setattr(jsonl_kernel, "_compiled", spy if writer == "compiled" else None)
+    table = random_table(np.random.default_rng(11), 500)
+    text = arrow_text(table)
+    assert len(calls) == (1 if writer == "compiled" else 0)
+    assert text == pandas_text(table)
+    assert jsonl._compiled_type(pa.int32()) and not jsonl._compiled_type(pa.list_(pa.int64()))
+
+
+def test_columns_of_only_nulls_and_an_empty_string_are_written_as_pandas_writes_them():
+    table = pa.table(
+        {
+            "client_id": pa.nulls(5, pa.large_string()),
+            "n": pa.nulls(5, pa.int64()),
+            "x": pa.nulls(5, pa.float64()),
+            "b": pa.nulls(5, pa.bool_()),
+            "s": pa.array(["", None, "", "é", None], pa.string()),
+        }
+    )
+    assert arrow_text(table) == pandas_text(table)
