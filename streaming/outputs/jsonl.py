@@ -52,6 +52,7 @@ _FIXED_MAX = 1e16  # ujson's thres_max, (double)1e16 - 1
 _FIXED_MIN = 1e-15  # ujson's thres_min
 _CHUNK = 262_144  # rows per join: what is held in memory at once, besides the table
 _PARALLEL_MIN = 20_000  # rows from which two threads write a table faster than one
+_PIECES = 6  # a large table's pieces: the writes of the first ones overlap the making of the next
 _TEXT = pa.large_string()  # 64-bit offsets: a chunk of long dead letters may pass 2 GiB
 
 
@@ -65,16 +66,20 @@ def jsonl_bytes(table: pa.Table) -> Iterator[memoryview]:
         for start in range(0, n, _CHUNK):
             yield _chunk(table.slice(start, _CHUNK))
         return
-    # Two threads, a half-chunk each (up to _CHUNK / 2 rows), two at a time: Arrow's kernels
-    # release the GIL, and on the driver, in foreachBatch, the executors' cores are idle.
-    # Yielded in order: the same bytes. The writer holds the last one while the next pair is
-    # made: three halves, under the two chunks one thread peaks at.
-    size = min(_CHUNK // 2, -(-n // 2))
+    # Two threads make the pieces (up to _CHUNK / 2 rows, a sixth of the table or more) while
+    # the caller writes the one before them: the compiled writer and Arrow's kernels release
+    # the GIL, as a file's write does, and on the driver, in foreachBatch, the executors' cores
+    # are idle. Yielded in order: the same bytes. At most three pieces are held at once (one
+    # being written, two being made), under the two chunks one thread peaks at.
+    size = min(_CHUNK // 2, max(_PARALLEL_MIN // 2, -(-n // _PIECES)))
+    starts = range(0, n, size)
     with ThreadPoolExecutor(2, thread_name_prefix="pidquota-jsonl") as pool:
-        for start in range(0, n, 2 * size):
-            pair = [pool.submit(_chunk, table.slice(at, size)) for at in (start, start + size) if at < n]
-            for done in pair:
-                yield done.result()
+        making = [pool.submit(_chunk, table.slice(at, size)) for at in starts[:2]]
+        for i in range(len(starts)):
+            done = making.pop(0).result()
+            if i + 2 < len(starts):
+                making.append(pool.submit(_chunk, table.slice(starts[i + 2], size)))
+            yield done
 
 
 def _chunk(table: pa.Table) -> memoryview:

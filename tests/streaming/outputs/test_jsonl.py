@@ -112,10 +112,11 @@ def test_a_table_longer_than_a_chunk_is_written_whole_and_in_order(monkeypatch):
     assert arrow_text(table) == pandas_text(table)
 
 
-@pytest.mark.parametrize(("chunk", "rows", "chunks"), [(262_144, 2_001, 2), (14, 51, 8)])
-def test_two_threads_write_a_large_table_in_halves_and_in_order(monkeypatch, chunk, rows, chunks):
-    """From _PARALLEL_MIN rows a table is written two half-chunks at a time, one per thread: the
-    halves of a batch, or pairs of half-chunks in order (the last one alone)."""
+@pytest.mark.parametrize(("chunk", "rows", "chunks"), [(262_144, 2_001, 6), (14, 51, 8)])
+def test_two_threads_write_a_large_table_in_pieces_and_in_order(monkeypatch, chunk, rows, chunks):
+    """From _PARALLEL_MIN rows a table is written in pieces by two threads, while the one before
+    is written: sixths of a batch (at least half of _PARALLEL_MIN rows each), or half-chunks of
+    a larger one, yielded in order."""
     from pidquota.streaming.outputs import jsonl
 
     monkeypatch.setattr(jsonl, "_PARALLEL_MIN", 50)
