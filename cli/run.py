@@ -164,7 +164,7 @@ def _compile_once() -> None:
     if not kernel.compiled_here():
         print("pidquota: compiling the judge for this installation, once (about 20 s)...", flush=True)
         kernel.available()
-    jsonl_kernel.compiled()  # the driver's JSON writer: ~2 CPU-s once per installation, then loaded
+    jsonl_kernel.compiled()  # the driver's JSON writer: ~1.3 CPU-s once per installation, then loaded
 
 
 def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitStack) -> int:

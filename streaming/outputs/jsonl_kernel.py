@@ -24,12 +24,17 @@ False}``: the keys ``{"principal":``, ``,"producer_id":``, ``,"tokens":``, ``,"r
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 INT, DOUBLE, BOOL, STRING = 0, 1, 2, 3
-INT_CHARS, DOUBLE_CHARS = 20, 29  # the longest value: -9223372036854775808; -9999999999999998.0000000001
+# Bounds on a value's text: -9223372036854775808; a sign, at most 17 digits (|v| <= 1e16), the
+# point and 10 decimals (outside the fixed range, %.10g: at most 17 characters)
+INT_CHARS, DOUBLE_CHARS = 20, 29
 _compiled = None
 _tried = False
+_lock = threading.Lock()  # one compile, and no thread told None while another compiles
 
 
 def _digits(out, at, u):
@@ -133,13 +138,18 @@ def _rows(kinds, rows, keys, key_at, ints, dbls, dbl_text, bools, valid, codes, 
 
 def compiled():
     """The compiled writer, or None where numba cannot give it (the Arrow path writes then).
-    Cached beside this file (numba's ``cache=True``): ~3 CPU-s to compile once per
-    installation, loaded in a few ms afterwards; checked on one row here, so a numba that
+    Cached beside this file (numba's ``cache=True``): ~1.3 CPU-s to compile once per
+    installation, ~0.1 s to load in a process; checked on one row here, so a numba that
     cannot compile it is found before any batch."""
     global _compiled, _tried
-    if _tried:
-        return _compiled
-    _tried = True
+    with _lock:
+        if not _tried:
+            _compiled = _compile()
+            _tried = True
+    return _compiled
+
+
+def _compile():
     try:
         from numba import njit
 
@@ -148,18 +158,17 @@ def compiled():
             scope[name] = njit(cache=True, no_cpython_wrapper=True, inline="always")(_py(scope[name]))
         writer = njit(cache=True, nogil=True)(_py(scope["_rows"]))
         _check(writer)
-        _compiled = writer
+        return writer
     except Exception as exc:  # numba absent or failing: the Arrow path, the same bytes
         import warnings
 
-        _compiled = None
         warnings.warn(
             f"pidquota: the compiled JSON writer is not available ({type(exc).__name__}: {exc}); "
             "the outputs are written by Arrow instead (the same bytes, slower)",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    return _compiled
+        return None
 
 
 def _py(f):

@@ -169,3 +169,25 @@ def test_columns_of_only_nulls_and_an_empty_string_are_written_as_pandas_writes_
         }
     )
     assert arrow_text(table) == pandas_text(table)
+
+
+def test_unsigned_past_int64_and_chunked_strings_are_written_as_pandas_writes_them():
+    """uint64 beyond int64's range goes to the Arrow path (the compiled writer's stack is
+    int64); a string column of several chunks is combined as large strings."""
+    table = pa.table(
+        {
+            "u": pa.array([2**64 - 1, 2**63, 1], pa.uint64()),
+            "s": pa.chunked_array([pa.array(["a", None]), pa.array(["é"])]),
+        }
+    )
+    assert arrow_text(table) == pandas_text(table)
+
+
+def test_threads_asking_for_the_writer_at_once_all_get_it(monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(jsonl_kernel, "_tried", False)
+    monkeypatch.setattr(jsonl_kernel, "_compiled", None)
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda _: jsonl_kernel.compiled(), range(4)))
+    assert all(g is not None for g in got) and len({id(g) for g in got}) == 1
