@@ -360,6 +360,8 @@ def _sink(plan: run_plan.Plan, on_batch, summed: bool):
 
 def _say_end(args: argparse.Namespace, plan: run_plan.Plan, totals, summary) -> None:
     """The run's last lines: who was throttled, and what was written where."""
+    from pidquota.observe.progress import counted
+
     if totals.batches == 0 and not plan.demo:
         print(
             f"pidquota: nothing new since the checkpoint ({plan.checkpoint})"
@@ -391,8 +393,8 @@ def _say_end(args: argparse.Namespace, plan: run_plan.Plan, totals, summary) -> 
         print(f"pidquota: actuator{dry}: {plan.act.summary()}; every action in {plan.out}/actions/")
     print(
         f"pidquota: {totals.batches} batch{'es' if totals.batches != 1 else ''}; wrote "
-        f"{totals.rows['decisions']} decisions, {totals.rows['metrics']} metric rows, "
-        f"{totals.rows['dead-letters']} dead letters under {plan.out}/"
+        f"{counted(totals.rows['decisions'], 'decision')}, {counted(totals.rows['metrics'], 'metric row')}, "
+        f"{counted(totals.rows['dead-letters'], 'dead letter')} under {plan.out}/"
     )
 
 

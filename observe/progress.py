@@ -18,6 +18,11 @@ from collections.abc import Callable, Mapping
 _CLEAR_LINE = "\r\x1b[K"
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``1 user``, ``2 users``, ``1,204 dead letters``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 class Progress:
     """Feeds on the sink's ``on_batch`` (``batch_id``, the batch's frames)."""
 
@@ -51,9 +56,9 @@ class Progress:
             self.users.update(str(p) for p in metrics["principal"])
         self.dead += len(dead)
         line = (
-            f"pidquota: batch {batch_id}: {self.events + self.dead:,} events read, "
-            f"{self.throttles:,} throttle decisions, {self.dead:,} dead letters, "
-            f"{len(self.users):,} users ({self.clock() - self.started:.1f} s)"
+            f"pidquota: batch {batch_id}: {counted(self.events + self.dead, 'event')} read, "
+            f"{counted(self.throttles, 'throttle decision')}, {counted(self.dead, 'dead letter')}, "
+            f"{counted(len(self.users), 'user')} ({self.clock() - self.started:.1f} s)"
         )
         self.out(_CLEAR_LINE + line if self.tty else line + "\n")
         self.shown = True

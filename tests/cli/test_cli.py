@@ -127,8 +127,8 @@ def test_run_once_round_trip_through_the_cli(tmp_path):
     out = tmp_path / "out"
     r = run_cli("run", "--input", str(events), "--output", str(out), "--once")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "wrote 70 decisions, 1 metric rows, 1 dead letters" in r.stdout
-    assert "pidquota: batch 0: 71 events read, 9 throttle decisions, 1 dead letters, 1 users (" in r.stdout
+    assert "wrote 70 decisions, 1 metric row, 1 dead letter under" in r.stdout
+    assert "pidquota: batch 0: 71 events read, 9 throttle decisions, 1 dead letter, 1 user (" in r.stdout
     assert f"pidquota: dead letters by file: {events} 1" in r.stdout
     decisions = [
         json.loads(x) for f in (out / "decisions").glob("*.jsonl") for x in f.read_text().splitlines()

@@ -65,3 +65,14 @@ def test_a_ticker_says_at_most_one_line_per_period_the_first_at_once():
         "pidquota: generate: 5 events (5 s)\n",
         "pidquota: generate: 10 events (10 s)\n",
     ]
+
+
+def test_a_count_of_one_is_singular():
+    from pidquota.observe.progress import counted
+
+    assert [counted(n, "dead letter") for n in (0, 1, 2, 1204)] == [
+        "0 dead letters",
+        "1 dead letter",
+        "2 dead letters",
+        "1,204 dead letters",
+    ]
