@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 from benchmarks.streaming import traffic  # noqa: E402
 from pidquota.conf.loader import load  # noqa: E402
 from pidquota.quota import QuotaSettings, StaticQuotas, enforcer, group  # noqa: E402
-from pidquota.streaming.columns import DECISION_ARRAYS  # noqa: E402
+from pidquota.streaming.columns import DECISION_ARRAYS, PACKED  # noqa: E402
 from pidquota.streaming.operator import make_state_function  # noqa: E402
 
 FILES, PARTITIONS = 10, 2
@@ -111,9 +111,12 @@ def verdicts(frames: list[pd.DataFrame]) -> list[tuple]:
     """Every verdict of a run's output, as (principal, the decision fields...), in order."""
     out = []
     for frame in frames:
-        columns = [frame[c] for c in DECISION_ARRAYS.values()]
-        for principal, *arrays in zip(frame["principal"], *columns, strict=True):
-            if arrays[0] is not None:
+        columns = [frame[DECISION_ARRAYS[name]] for name in PACKED]
+        for principal, *packed in zip(frame["principal"], *columns, strict=True):
+            if packed[0] is not None:
+                arrays = [
+                    np.frombuffer(b, dtype).tolist() for b, dtype in zip(packed, PACKED.values(), strict=True)
+                ]
                 out += [(principal, *v) for v in zip(*arrays, strict=True)]
     return out
 

@@ -32,6 +32,7 @@ from pidquota.streaming.columns import (
     KIND_DEAD,
     KIND_METRIC,
     KIND_SKIPPED,
+    PACKED,
 )
 from pidquota.streaming.schema import OPERATOR_COLUMNS
 
@@ -238,7 +239,7 @@ def _judged(
     replay_until=None,
     clients: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list:
-    """The principal's metrics row, carrying its verdicts as arrays (``DECISION_FIELDS``,
+    """The principal's metrics row, carrying its verdicts packed (``columns.PACKED``,
     turned into decision rows by the sinks: ``streaming/outputs/rows.py``). The row's ``admitted``
     and ``throttled`` count the live decisions only: those before ``replay_until`` only
     rebuilt state (a batch may straddle that time) and count as ``passed``."""
@@ -268,13 +269,23 @@ def _judged(
 
 
 def _arrays(decisions: Decisions, clients: list) -> dict:
-    """The verdicts as the metrics row's decision arrays: Python lists, which PySpark turns
-    into Arrow lists without a numpy scalar per element."""
-    out = {
-        column: clients if name == "client" else getattr(decisions, name).tolist()
-        for name, column in DECISION_ARRAYS.items()
-    }
+    """The verdicts as the metrics row's decision columns: packed (``columns.PACKED``), and the
+    clients as a list, or None when no verdict names one."""
+    out = {column: _packed(getattr(decisions, name), name) for name, column in _PACKED_COLUMNS}
+    out[DECISION_ARRAYS["client"]] = _clients_or_none(clients)
     return out
+
+
+_PACKED_COLUMNS = tuple((name, DECISION_ARRAYS[name]) for name in PACKED)
+
+
+def _packed(values: np.ndarray, name: str) -> bytes:
+    """One principal's verdicts of one column as its packed bytes (``columns.PACKED``)."""
+    return np.ascontiguousarray(values, dtype=PACKED[name]).tobytes()
+
+
+def _clients_or_none(clients: list) -> list | None:
+    return clients if any(c is not None for c in clients) else None
 
 
 def judge_principal(
@@ -288,7 +299,7 @@ def judge_principal(
     replay_until: int | None = None,
     addresses: bool = False,
 ) -> list:
-    """One principal's events of this batch: its metrics row, its verdicts in arrays; with
+    """One principal's events of this batch: its metrics row, its verdicts packed; with
     ``addresses``, an untracked principal's row names its batch's client addresses."""
     ts, pids, epochs, clients = sightings
     ignored = int((pids < 0).sum())
@@ -351,7 +362,10 @@ def judge_together(
             ts[rows_of], pids[rows_of], epochs[rows_of], sub, [blobs[k] for k in together],
             [rates[k] for k in together], settings, watermark, replay_until,
         )  # fmt: skip
-        verdicts = [column.tolist() for column in outcome.verdicts]
+        verdicts = [
+            np.ascontiguousarray(column, dtype=PACKED[name])
+            for name, column in zip(Decisions.__slots__, outcome.verdicts, strict=True)
+        ]
         for j, k in enumerate(together):
             if outcome.status[j] == ELSEWHERE:
                 rows[k] = one_by_one(k)
@@ -372,17 +386,18 @@ def _judged_row(
     took, refused = outcome.live(j)
     mine = clients.get(name)
     if mine is None:
-        chosen, named = [None] * (b - a), {}
+        chosen, named = None, {}
     else:
         decisions = outcome.decisions(j)
         chosen = decision_clients(decisions, mine)
         named = main_client(decisions, chosen)
+        chosen = _clients_or_none(chosen)
     row = [None] * _WIDTH  # _row's, written in place: this runs once per principal and batch
     row[_KIND], row[_PRINCIPAL], row[_TIMESTAMP], row[_EVENTS] = KIND_METRIC, name, outcome.now_ms(j), n
     row[_ADMITTED], row[_THROTTLED], row[_PASSED] = took, refused, n - ignored - took - refused
     row[_IGNORED], row[_STALE], row[_CLIENT] = ignored, stale, chosen
     for at, column in zip(_VERDICT_AT, verdicts, strict=True):
-        row[at] = column[a:b]
+        row[at] = column[a:b].tobytes()
     for key, value in (*named.items(), *outcome.metrics(j, rate).items()):
         row[_INDEX[key]] = value
     return row

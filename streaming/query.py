@@ -238,7 +238,7 @@ def enforcer(
     replay_until: int | None = None,
 ) -> DataFrame:
     """The enforcer's rows from a stream of lines: the operator's (``OPERATOR_SCHEMA``), one
-    per principal per batch with its verdicts as arrays, the dead letters and the skipped counts. The sinks make
+    per principal per batch with its verdicts packed (``columns.PACKED``), the dead letters and the skipped counts. The sinks make
     them output rows (``OUTPUT_SCHEMA``) in Arrow: ``streaming/outputs/rows.py``.
     ``screen=False`` parses every line strictly (slower, same decisions);
     ``replay_until``: events before it only rebuild state (``streaming/replay.py``)."""

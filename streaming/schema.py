@@ -15,7 +15,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from pidquota.streaming.columns import CLIENT_COLUMNS, DECISION_ARRAYS, SEEN_ADDRESSES
+from pidquota.streaming.columns import CLIENT_COLUMNS, DECISION_ARRAYS, PACKED, SEEN_ADDRESSES
 
 # The output rows (decisions, metrics, dead letters, skipped counts) in one schema, ``kind``
 # telling them apart; the operator emits OPERATOR_SCHEMA, which the sinks unfold into these.
@@ -62,15 +62,14 @@ OUTPUT_SCHEMA = StructType(
 OUTPUT_COLUMNS = tuple(f.name for f in OUTPUT_SCHEMA.fields)
 
 # The stateful operator's own rows: the output's, and on a principal's metrics row its
-# batch's verdicts as arrays (``d_`` + a decision column), which the sinks turn into
+# batch's verdicts, packed (``d_`` + a decision column, ``columns.PACKED``), which the sinks turn into
 # decision rows in Arrow (``streaming/outputs/rows.py``): Python builds one row per
 # principal, not one per verdict, and Spark collects one per principal too.
-_DECISION_TYPES = {"admitted": BooleanType(), "client": StringType()}
 OPERATOR_SCHEMA = StructType(
     [
         *OUTPUT_SCHEMA.fields,
         *(
-            StructField(column, ArrayType(_DECISION_TYPES.get(name) or OUTPUT_SCHEMA[name].dataType))
+            StructField(column, BinaryType() if name in PACKED else ArrayType(StringType()))
             for name, column in DECISION_ARRAYS.items()
         ),
         StructField(SEEN_ADDRESSES, ArrayType(StringType())),

@@ -1,26 +1,29 @@
 """The operator's rows as output rows, in Arrow on the driver (or in a Kafka writer).
 
 The stateful operator emits one row per principal per batch (``OPERATOR_SCHEMA``):
-its metrics row, carrying the batch's verdicts as arrays, ``d_`` + a decision
-column. :func:`output_rows` turns a table of them into ``OUTPUT_SCHEMA`` rows: a
-row whose ``d_producer_id`` holds ``n`` verdicts gives ``n`` decision rows (kind
-``decision``, the row's principal and quota, ``verdict`` ADMIT or THROTTLE from
-``d_admitted``, the client's columns split from ``d_client``, the other decision
-columns from their arrays, every other column null), and the row itself stays,
-without its arrays.
+its metrics row, carrying the batch's verdicts packed, ``d_`` + a decision column
+(``columns.PACKED``: a numpy array's bytes per row; ``d_client`` a list of strings, or null).
+:func:`output_rows` turns a table of them into ``OUTPUT_SCHEMA`` rows: a row whose
+``d_producer_id`` holds ``n`` verdicts gives ``n`` decision rows (kind ``decision``, the
+row's principal and quota, ``verdict`` ADMIT or THROTTLE from ``d_admitted``, the client's
+columns split from ``d_client``, the other decision columns from their packed values, every
+other column null), and the row itself stays, without its verdicts.
 
-The decision rows come first, in row order and array order, then the rows
+The decision rows come first, in row order and verdict order, then the rows
 themselves: each principal's decisions still come before its metrics row. For
-example, rows ``alice (d_producer_id [7, 8])`` and ``bob (null)`` give ``decision
-alice 7``, ``decision alice 8``, ``metric alice``, ``metric bob``.
+example, rows ``alice (d_producer_id: the bytes of [7, 8])`` and ``bob (null)`` give
+``decision alice 7``, ``decision alice 8``, ``metric alice``, ``metric bob``.
 
-Doing this in the JVM (``explode``) cost about 1.8 s per million decisions on the
-flood, almost all of it Spark turning a million 28-column rows into Arrow for the
-driver's collect; here it is a few list flattens and takes, tens of milliseconds.
+A binary column's values lie end to end in one buffer, so a packed column's verdicts of
+every row are that buffer read as their dtype, without a copy. Doing this in the JVM
+(``explode``) cost about 1.8 s per million decisions on the flood, almost all of it Spark
+turning a million 28-column rows into Arrow for the driver's collect; here it is tens of
+milliseconds.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -29,25 +32,26 @@ from pidquota.quota.client import SEP
 from pidquota.streaming.columns import (
     CLIENT_COLUMNS,
     DECISION_ARRAYS,
-    DECISION_FIELDS,
     KIND_DECISION,
+    PACKED,
     SEEN_ADDRESSES,
 )
 
 ARRAYS = tuple(DECISION_ARRAYS.values())  # the operator's columns beyond the output's
+_OFFSET = {pa.binary(): np.int32, pa.large_binary(): np.int64}
 _PER_PRINCIPAL = ("principal", "quota")  # a decision row takes these from its principal's row
 
 
 def output_rows(table: pa.Table) -> pa.Table:
     """``table``'s operator rows as output rows (the module docstring); a table without the
-    ``d_`` arrays (output rows already) is returned as it is."""
+    ``d_`` columns (output rows already) is returned as it is."""
     if ARRAYS[0] not in table.column_names:
         return table
     own = table.drop_columns([*ARRAYS, *([SEEN_ADDRESSES] if SEEN_ADDRESSES in table.column_names else [])])
-    ids = table[DECISION_ARRAYS["producer_id"]].combine_chunks()
-    parent = pc.list_parent_indices(ids)
+    counts = _lengths(table[DECISION_ARRAYS["producer_id"]].combine_chunks(), PACKED["producer_id"])
+    parent = pa.array(np.repeat(np.arange(len(counts), dtype=np.int64), counts))
     n = len(parent)
-    clients = _split_clients(_client_column(table, ids))
+    clients = _split_clients(_client_column(table, counts))
     columns = []
     for field in own.schema:
         name = field.name
@@ -56,10 +60,10 @@ def output_rows(table: pa.Table) -> pa.Table:
         elif name == "kind":
             made = pa.repeat(pa.scalar(KIND_DECISION, field.type), n)
         elif name == "verdict":
-            admitted = pc.list_flatten(table[DECISION_ARRAYS["admitted"]].combine_chunks())
+            admitted = unpacked(table[DECISION_ARRAYS["admitted"]], PACKED["admitted"])
             made = pc.if_else(admitted, pa.scalar(ADMIT, field.type), pa.scalar(THROTTLE, field.type))
-        elif name in DECISION_FIELDS and name != "admitted":  # a metrics count by that name is null
-            made = pc.list_flatten(table[DECISION_ARRAYS[name]].combine_chunks()).cast(field.type)
+        elif name in PACKED and name != "admitted":  # a metrics count by that name is null
+            made = unpacked(table[DECISION_ARRAYS[name]], PACKED[name]).cast(field.type)
         elif name in _PER_PRINCIPAL:
             made = pc.take(own[name], parent)
         else:
@@ -69,20 +73,51 @@ def output_rows(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=own.schema)
 
 
-def _client_column(table: pa.Table, ids: pa.ListArray) -> pa.Array:
-    """``d_client`` flattened in step with ``d_producer_id`` (a row without it: nulls)."""
+def unpacked(column, dtype: str) -> pa.Array:
+    """A packed decision column's verdicts of every row, end to end (a null row: none)."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if column.null_count:  # a null's slot may hold bytes: none, here
+        column = pc.fill_null(column, pa.scalar(b"", column.type))
+    size = np.dtype(dtype).itemsize
+    if not len(column):
+        return pa.array(np.zeros(0, dtype))
+    offsets = np.frombuffer(column.buffers()[1], _OFFSET[column.type])[
+        column.offset : column.offset + len(column) + 1
+    ]
+    data = column.buffers()[2]
+    if data is None or offsets[-1] == offsets[0]:
+        return pa.array(np.zeros(0, dtype))
+    if (offsets[-1] - offsets[0]) % size:
+        raise ValueError(
+            f"a packed decision column of {offsets[-1] - offsets[0]} bytes is not a whole number of {dtype}"
+        )
+    values = np.frombuffer(data, dtype, count=(offsets[-1] - offsets[0]) // size, offset=int(offsets[0]))
+    return pa.array(values)
+
+
+def _lengths(column: pa.Array, dtype: str) -> np.ndarray:
+    """Each row's number of verdicts in a packed column (0 for a null row)."""
+    sizes = pc.fill_null(pc.binary_length(column), 0).to_numpy(zero_copy_only=False)
+    return (sizes // np.dtype(dtype).itemsize).astype(np.int64)
+
+
+def _client_column(table: pa.Table, counts: np.ndarray) -> pa.Array:
+    """``d_client`` flattened in step with the verdicts: a row whose list is null (no client
+    named), or absent, or not one per verdict (not the operator's own output) gives nulls."""
+    total = int(counts.sum())
     name = DECISION_ARRAYS["client"]
     if name not in table.column_names:
-        return pa.nulls(len(pc.list_flatten(ids)), pa.string())
+        return pa.nulls(total, pa.string())
     joined = table[name].combine_chunks()
-    same = pc.equal(pc.fill_null(pc.list_value_length(joined), 0), pc.fill_null(pc.list_value_length(ids), 0))
-    if pc.all(same).as_py():
-        return pc.list_flatten(joined)
-    out = []  # rows that lack it (not the operator's own output): each verdict's client unknown
-    for given, verdicts in zip(joined.to_pylist(), ids.to_pylist(), strict=True):
-        n = len(verdicts or ())
-        out += given if given is not None and len(given) == n else [None] * n
-    return pa.array(out, pa.string())
+    if joined.null_count == len(joined):
+        return pa.nulls(total, pa.string())
+    given = pc.fill_null(pc.list_value_length(joined), -1).to_numpy(zero_copy_only=False)
+    usable = given == counts
+    starts = np.cumsum(np.where(usable, counts, 0)) - np.where(usable, counts, 0)  # in the flattened lists
+    row = np.repeat(np.arange(len(counts)), counts)
+    within = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+    flat = pc.list_flatten(joined.filter(pa.array(usable)))
+    return pc.take(flat, pa.array(starts[row] + within, mask=~usable[row]))
 
 
 def _split_clients(joined: pa.Array) -> dict[str, pa.Array]:

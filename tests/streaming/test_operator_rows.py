@@ -68,7 +68,7 @@ def test_without_clients_the_decisions_name_none():
     quota = PrincipalQuota(1, QuotaSettings(window_ms=60_000), 0)
     decisions = quota.judge_batch(*sightings[:3])
     row = _judged("User:a", quota, decisions, 1, 0, False)
-    assert row[_INDEX["d_client"]] == [None] and row[_INDEX["client_id"]] is None
+    assert row[_INDEX["d_client"]] is None and row[_INDEX["client_id"]] is None  # null: no PID named one
 
 
 def test_an_unlimited_principals_row_names_the_addresses_it_used_when_the_actuator_acts_by_address(

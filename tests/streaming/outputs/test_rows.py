@@ -1,13 +1,14 @@
-"""The operator's rows, verdicts in arrays, become output rows in Arrow (streaming/outputs/rows.py)."""
+"""The operator's rows, verdicts packed, become output rows in Arrow (streaming/outputs/rows.py)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from pidquota.quota.client import Client
-from pidquota.streaming.columns import CLIENT_COLUMNS
+from pidquota.streaming.columns import CLIENT_COLUMNS, DECISION_ARRAYS, PACKED
 from pidquota.streaming.outputs.rows import output_rows
 from pidquota.streaming.schema import OPERATOR_COLUMNS, OPERATOR_SCHEMA, OUTPUT_SCHEMA
 
@@ -17,8 +18,20 @@ OPERATOR = to_arrow_schema(OPERATOR_SCHEMA)
 OUTPUT = to_arrow_schema(OUTPUT_SCHEMA)
 
 
+def packed(row: dict) -> dict:
+    """A row written with lists, its decision columns packed as the operator packs them."""
+    out = dict(row)
+    for name, dtype in PACKED.items():
+        column = DECISION_ARRAYS[name]
+        if out.get(column) is not None:
+            out[column] = np.array(out[column], dtype).tobytes()
+    return out
+
+
 def table(*rows: dict) -> pa.Table:
-    return pa.Table.from_pylist([{c: r.get(c) for c in OPERATOR_COLUMNS} for r in rows], schema=OPERATOR)
+    return pa.Table.from_pylist(
+        [{c: packed(r).get(c) for c in OPERATOR_COLUMNS} for r in rows], schema=OPERATOR
+    )
 
 
 ALICE = dict(
@@ -90,3 +103,36 @@ def test_each_decision_gets_its_pids_client_in_columns():
 def test_rows_without_clients_give_null_client_columns():
     rows = output_rows(table(ALICE)).to_pylist()
     assert [r["client_id"] for r in rows] == [None, None, None]
+
+
+def test_a_row_whose_clients_are_missing_or_not_one_per_verdict_gives_nulls_beside_named_ones():
+    """Rows of the operator's own have one client per verdict, or null for none named; any
+    other shape (not the operator's) names no client rather than a wrong one."""
+    app = Client("app-1", None, None, None, None).joined()
+    bob = dict(kind="metric", principal="User:b", quota=5.0, d_producer_id=[9, 10], d_producer_epoch=[3, 3],
+               d_timestamp=[40, 41], d_admitted=[True, True], d_throttle_time_ms=[0, 0], d_tokens=[4.0, 3.0])  # fmt: skip
+    carol = bob | {"principal": "User:c", "d_client": [app]}  # one client for two verdicts
+    rows = output_rows(
+        table(ALICE | {"d_client": [app, app]}, bob, carol | {}, bob | {"d_client": [None, app]})
+    )
+    clients = rows.column("client_id").to_pylist()[:8]
+    assert clients == ["app-1", "app-1", None, None, None, None, None, "app-1"]
+
+
+def test_packed_verdicts_read_back_whole_from_rows_of_every_size():
+    rng = np.random.default_rng(3)
+    rows, want = [], []
+    for k in range(40):
+        n = int(rng.integers(0, 5))
+        ids = rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64).tolist()
+        tokens = rng.random(n).tolist()
+        rows.append(dict(kind="metric", principal=f"User:{k}", quota=1.0, d_producer_id=ids, d_producer_epoch=[1] * n,
+                         d_timestamp=[k] * n, d_admitted=[bool(k % 2)] * n, d_throttle_time_ms=[k] * n, d_tokens=tokens))  # fmt: skip
+        want += [
+            (f"User:{k}", i, t, "ADMIT" if k % 2 else "THROTTLE") for i, t in zip(ids, tokens, strict=True)
+        ]
+    out = output_rows(table(*rows)).to_pylist()
+    got = [
+        (r["principal"], r["producer_id"], r["tokens"], r["verdict"]) for r in out if r["kind"] == "decision"
+    ]
+    assert got == want

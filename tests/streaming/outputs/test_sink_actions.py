@@ -1,5 +1,6 @@
 """streaming/outputs/sink.py: the metrics rows the actuator is handed, picked per batch."""
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -51,7 +52,7 @@ def test_the_address_book_learns_the_unlimited_principals_addresses_so_a_shared_
         {
             "kind": ["metric", "metric"],
             "principal": ["User:crash", "User:free"],
-            "d_producer_id": pa.array([[1], None], pa.list_(pa.int64())),
+            "d_producer_id": pa.array([np.array([1], "<i8").tobytes(), None], pa.binary()),
             SEEN_ADDRESSES: pa.array([None, ["10.0.0.5", "10.0.0.8"]], pa.list_(pa.string())),
         }
     )
