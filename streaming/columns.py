@@ -59,7 +59,7 @@ METRIC_COLUMNS = (
 # packed: the principal's verdicts as one binary value, a numpy array's bytes of the dtype in
 # ``PACKED`` (little-endian). A list per row cost PySpark a Python object per verdict on the way
 # out of the operator, and the JVM an array element each way: packed, the flood's operator
-# and collect ran ~60 ms a batch of 100k verdicts faster (docs/benchmarks.md). Example: verdicts
+# and collect ran 40-180 ms a batch of 100k verdicts faster (docs/benchmarks.md). Example: verdicts
 # of PIDs 7 and 8 give ``d_producer_id`` = the 16 bytes of ``np.array([7, 8], "<i8")``.
 # ``client`` is each verdict's PID's client identity joined into one string (``SEP``), an
 # array of strings, or null when none of the principal's PIDs named a client.
