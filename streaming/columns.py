@@ -62,7 +62,7 @@ METRIC_COLUMNS = (
 # and collect ran 40-180 ms a batch of 100k verdicts faster (docs/benchmarks.md). Example: verdicts
 # of PIDs 7 and 8 give ``d_producer_id`` = the 16 bytes of ``np.array([7, 8], "<i8")``.
 # ``client`` is each verdict's PID's client identity joined into one string (``SEP``), an
-# array of strings, or null when none of the principal's PIDs named a client.
+# array of strings, or null when none of its verdicts' PIDs named a client.
 DECISION_FIELDS = (
     "producer_id",
     "producer_epoch",

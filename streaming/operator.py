@@ -379,7 +379,15 @@ def judge_together(
 
 
 def _judged_row(
-    name: str, outcome, j: int, verdicts: list[list], n: int, ignored: int, stale: bool, rate, clients: dict
+    name: str,
+    outcome,
+    j: int,
+    verdicts: list[np.ndarray],
+    n: int,
+    ignored: int,
+    stale: bool,
+    rate,
+    clients: dict,
 ) -> list:
     """:func:`_judged`'s row for principal ``j`` of a group pass."""
     a, b = outcome.bounds[j], outcome.bounds[j + 1]

@@ -15,7 +15,9 @@ example, rows ``alice (d_producer_id: the bytes of [7, 8])`` and ``bob (null)`` 
 ``decision alice 7``, ``decision alice 8``, ``metric alice``, ``metric bob``.
 
 A binary column's values lie end to end in one buffer, so a packed column's verdicts of
-every row are that buffer read as their dtype, without a copy. Doing this in the JVM
+every row are that buffer read as their dtype (copied only where a collect's chunks are
+combined, or null rows' slots emptied); each packed column must hold as many verdicts per
+row as ``d_producer_id``, or the rows are refused. Doing this in the JVM
 (``explode``) cost about 1.8 s per million decisions on the flood, almost all of it Spark
 turning a million 28-column rows into Arrow for the driver's collect; here it is tens of
 milliseconds.
@@ -60,10 +62,10 @@ def output_rows(table: pa.Table) -> pa.Table:
         elif name == "kind":
             made = pa.repeat(pa.scalar(KIND_DECISION, field.type), n)
         elif name == "verdict":
-            admitted = unpacked(table[DECISION_ARRAYS["admitted"]], PACKED["admitted"])
+            admitted = unpacked(_checked(table, "admitted", counts), PACKED["admitted"])
             made = pc.if_else(admitted, pa.scalar(ADMIT, field.type), pa.scalar(THROTTLE, field.type))
         elif name in PACKED and name != "admitted":  # a metrics count by that name is null
-            made = unpacked(table[DECISION_ARRAYS[name]], PACKED[name]).cast(field.type)
+            made = unpacked(_checked(table, name, counts), PACKED[name]).cast(field.type)
         elif name in _PER_PRINCIPAL:
             made = pc.take(own[name], parent)
         else:
@@ -93,6 +95,17 @@ def unpacked(column, dtype: str) -> pa.Array:
         )
     values = np.frombuffer(data, dtype, count=(offsets[-1] - offsets[0]) // size, offset=int(offsets[0]))
     return pa.array(values)
+
+
+def _checked(table: pa.Table, name: str, counts: np.ndarray) -> pa.Array:
+    """A packed decision column, once it is known to hold ``counts`` verdicts per row."""
+    column = table[DECISION_ARRAYS[name]].combine_chunks()
+    if not np.array_equal(_lengths(column, PACKED[name]), counts):
+        raise ValueError(
+            f"{DECISION_ARRAYS[name]} does not hold one {PACKED[name]} per verdict of d_producer_id in "
+            "every row: these are not the operator's rows"
+        )
+    return column
 
 
 def _lengths(column: pa.Array, dtype: str) -> np.ndarray:

@@ -136,3 +136,13 @@ def test_packed_verdicts_read_back_whole_from_rows_of_every_size():
         (r["principal"], r["producer_id"], r["tokens"], r["verdict"]) for r in out if r["kind"] == "decision"
     ]
     assert got == want
+
+
+def test_a_packed_column_not_one_value_per_verdict_is_refused():
+    broken = table(ALICE).set_column(
+        OPERATOR_COLUMNS.index("d_tokens"),
+        "d_tokens",
+        pa.array([np.array([1.0], "<f8").tobytes()], pa.binary()),
+    )
+    with pytest.raises(ValueError, match="d_tokens does not hold one <f8 per verdict"):
+        output_rows(broken)
