@@ -116,12 +116,9 @@ def _lengths(column: pa.Array, dtype: str) -> np.ndarray:
 
 def _client_column(table: pa.Table, counts: np.ndarray) -> pa.Array:
     """``d_client`` flattened in step with the verdicts: a row whose list is null (no client
-    named), or absent, or not one per verdict (not the operator's own output) gives nulls."""
+    named), or not one per verdict (not the operator's own output) gives nulls."""
     total = int(counts.sum())
-    name = DECISION_ARRAYS["client"]
-    if name not in table.column_names:
-        return pa.nulls(total, pa.string())
-    joined = table[name].combine_chunks()
+    joined = table[DECISION_ARRAYS["client"]].combine_chunks()
     if joined.null_count == len(joined):
         return pa.nulls(total, pa.string())
     given = pc.fill_null(pc.list_value_length(joined), -1).to_numpy(zero_copy_only=False)
