@@ -112,7 +112,11 @@ def pytest_runtest_teardown(item):
 # C1 alone compiles fast; its code cache is 48 MB by default, and one worker's session, alive for
 # the whole suite, filled it ("CodeCache is full. Compiler has been disabled", then its JVM died
 # and every later Spark test of that worker failed): 240 MB, as a tiered JVM has.
-TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+# The serial collector, not G1: a test's heap is small and its JVM short-lived, and G1's
+# concurrent threads and barriers cost `pidquota run --once` over test_faults.py's 12 files
+# 16-34% more CPU in each of 5 pairs run in turn (40-66 CPU-seconds, against 32-55 serial;
+# 2026-11-30). A test broker's CPU did not change with it (scripts/kafka_broker.py keeps G1).
+TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC"
 os.environ.setdefault("PIDQUOTA_SPARK_JAVA_OPTIONS", TEST_JAVA_OPTIONS)
 # ...and no Spark web UI: nobody looks at it during a test, and its server and listeners cost
 # a `pidquota run --once` about 2.5 of its 25 CPU seconds (Spark's launcher reads this variable;

@@ -35,6 +35,11 @@ class SparkCluster:
             k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK", "PYTHONPATH"))
         }
         self.env.update(SPARK_HOME=str(self.home), SPARK_LOCAL_IP="127.0.0.1", SPARK_NO_DAEMONIZE="1")
+        # The master, the workers and the executors they start (which inherit the workers'
+        # environment): the test JVMs' options (tests/conftest.py), without which each executor
+        # ran both compilers and G1. The JVM reads this variable and names it on its stderr,
+        # which here is the cluster's own logs.
+        self.env["JAVA_TOOL_OPTIONS"] = os.environ.get("PIDQUOTA_SPARK_JAVA_OPTIONS", "")
 
     def _spawn(self, name: str, *args: str):
         import subprocess
