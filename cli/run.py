@@ -8,7 +8,6 @@ import contextlib
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import pidquota.formats as formats
@@ -308,18 +307,10 @@ def _jvm_gone(error: BaseException, heap: str) -> PidquotaError | None:
 
 
 def _jvm_exit_code(wait_s: float = 2.0) -> int | None:
-    """The exit code of the JVM pidquota started (negative: the signal that killed it), or
-    None if it is still running, or was not started by pidquota. A JVM whose socket just
-    closed may need a moment before the kernel reports its end."""
-    from pyspark import SparkContext
+    """:func:`pidquota.streaming.session.jvm_exit_code` (the tests stand in for it here)."""
+    from pidquota.streaming.session import jvm_exit_code
 
-    proc = getattr(SparkContext._gateway, "proc", None)
-    if proc is None:
-        return None
-    try:
-        return proc.wait(timeout=wait_s)
-    except subprocess.TimeoutExpired:
-        return None
+    return jvm_exit_code(wait_s)
 
 
 def _bigger_heap(heap: str) -> str:

@@ -112,6 +112,9 @@ def spark_session(config: Config, master: str | None = None):
     _quiet_accumulator_server(spark.sparkContext)
     if _PY4J_RESEND not in logging.getLogger().filters:
         logging.getLogger().addFilter(_PY4J_RESEND)
+    callbacks = logging.getLogger("py4j.clientserver")
+    if _PY4J_CALLBACK_LOST not in callbacks.filters:
+        callbacks.addFilter(_PY4J_CALLBACK_LOST)
     spark.sparkContext.setLogLevel(level)
     from pidquota.streaming import ship
 
@@ -150,6 +153,43 @@ class _Py4JResend(logging.Filter):
 
 
 _PY4J_RESEND = _Py4JResend()
+
+
+class _Py4JCallbackLost(logging.Filter):
+    """py4j's callback server logs an exception raised in a Python callback (the sink's
+    ``foreachBatch``), with its traceback, before handing it to the JVM
+    (``clientserver.py``, "There was an exception while executing the Python Proxy on the
+    Python Side."). When the exception is py4j's own, not a Java one, and Spark's JVM is gone,
+    the callback was cut by the JVM's death, which ``pidquota run`` reports in one line: the
+    record is dropped. Every other record stays (a sink's own error, a JVM still running).
+    Found by ``tests/streaming/test_faults.py``: the JVM killed while a batch's sink asked it
+    for the query's id printed 30 lines of trace under the run's one line, now and then."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from py4j.protocol import Py4JError, Py4JJavaError
+
+        error = record.exc_info[1] if record.exc_info else None
+        if not isinstance(error, Py4JError | ConnectionError) or isinstance(error, Py4JJavaError):
+            return True
+        return not (STOPPING.is_set() or jvm_exit_code() is not None)
+
+
+def jvm_exit_code(wait_s: float = 2.0) -> int | None:
+    """The exit code of the JVM pidquota started (negative: the signal that killed it), or
+    None if it is still running, or was not started by pidquota. A JVM whose socket just
+    closed may need a moment before the kernel reports its end: up to ``wait_s``."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        return None
+    try:
+        return proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+_PY4J_CALLBACK_LOST = _Py4JCallbackLost()
 
 
 def _quiet_accumulator_server(sc) -> None:

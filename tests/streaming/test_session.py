@@ -33,3 +33,37 @@ def test_the_state_worker_s_start_up_prints_are_dropped_and_everything_else_kept
     assert (
         relayed(text, monkeypatch) == b"18:26:52 WARN Something: a real warning\n\npidquota: a line of ours\n"
     )
+
+
+def _callback_record(error: BaseException):
+    import logging
+
+    return logging.LogRecord(
+        "py4j.clientserver",
+        logging.ERROR,
+        __file__,
+        1,
+        "There was an exception while executing the Python Proxy on the Python Side.",
+        None,
+        (type(error), error, None),
+    )
+
+
+def test_a_callback_cut_by_the_jvm_s_death_is_not_logged_and_any_other_error_is(monkeypatch):
+    """The sink's foreachBatch asking a JVM that was just killed: py4j's trace of it is dropped
+    (the run says the JVM died, in one line); a sink's own error, a Java error, or py4j's error
+    while the JVM still runs are logged as py4j logs them."""
+    from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
+
+    lost = session._PY4J_CALLBACK_LOST
+    monkeypatch.setattr(session, "jvm_exit_code", lambda wait_s=2.0: -9)  # killed by signal 9
+    assert not lost.filter(_callback_record(Py4JError("An error occurred while calling o30.getLocalProperty")))
+    assert not lost.filter(_callback_record(Py4JNetworkError("Answer from Java side is empty")))
+    assert not lost.filter(_callback_record(ConnectionResetError()))
+    java = Py4JJavaError.__new__(Py4JJavaError)  # a Java exception's (needs no JVM to make)
+    assert lost.filter(_callback_record(java))
+    assert lost.filter(_callback_record(OSError(28, "No space left on device")))
+    monkeypatch.setattr(session, "jvm_exit_code", lambda wait_s=2.0: None)  # the JVM still runs
+    assert lost.filter(_callback_record(Py4JError("An error occurred while calling o30.getLocalProperty")))
+    monkeypatch.setattr(session.STOPPING, "is_set", lambda: True)  # a stop on a signal: its end
+    assert not lost.filter(_callback_record(Py4JError("An error occurred while calling o30.getLocalProperty")))
