@@ -21,6 +21,9 @@ LEGEND = (
     "(quota) plus the refill over W (quota/W per W), the bucket's B + Q*t. tokens < 1: a new PID waits. "
     "admitted: new PIDs, each once; throttles: THROTTLE decisions (a refused PID seen again counts again)."
 )
+# Piped, the tables follow one another: the legend with the first and then every this many (as
+# vmstat repeats its header), not under each. On a terminal each table replaces the last: always.
+LEGEND_EVERY = 20
 _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear the screen
 
 
@@ -55,6 +58,8 @@ class UserTable:
     latest batch. Piped, it prints one table per batch; batches that come
     faster than ``every_s`` are gathered into the next table, whose header
     names the batches it covers ("batches 12-15"). Nothing is skipped silently.
+    The legend (:data:`LEGEND`) closes every redraw on a terminal; piped, the first
+    table and then every :data:`LEGEND_EVERY`-th: with 20, tables 0, 20, 40 and so on.
 
     The STATE column is what ``pidquota status`` answers for the user, in the
     user's event time (:class:`pidquota.quota.user_state.UserState`): ``THROTTLED 36s`` while
@@ -86,6 +91,7 @@ class UserTable:
         self._shown_at: float | None = None
         self._first_unshown: int | None = None  # the oldest batch not shown yet
         self._last_batch = 0
+        self._tables = 0  # tables shown so far
         self.acted: dict[str, str] = {}  # principal -> ACTED ON or WOULD ACT
         self.clients: dict[str, Client] = {}  # principal -> its latest main client, where known
 
@@ -116,8 +122,10 @@ class UserTable:
         """Show the batches not shown yet (the end of a run calls this: none is left out)."""
         if self.latest and self._first_unshown is not None:
             self._shown_at = self.clock()
-            table = self.render(self._last_batch, self._first_unshown)
+            legend = self.tty or self._tables % LEGEND_EVERY == 0
+            table = self.render(self._last_batch, self._first_unshown, legend)
             self._first_unshown = None
+            self._tables += 1
             self.out(_CLEAR + table if self.tty else "\n" + table)
 
     def _state(self, row: dict) -> tuple[bool, str]:
@@ -126,7 +134,7 @@ class UserTable:
             return False, "ok"
         return True, f"THROTTLED {math.ceil(state.wait_ms / 1000)}s"
 
-    def render(self, batch_id: int, first: int | None = None) -> str:
+    def render(self, batch_id: int, first: int | None = None, legend: bool = True) -> str:
         states = {u: self._state(r) for u, r in self.latest.items()}
         rows = sorted(self.latest.values(), key=lambda r: (not states[r["principal"]][0], r["principal"]))
         newest = max((r["timestamp"] for r in rows), default=0)
@@ -155,5 +163,6 @@ class UserTable:
             lines[2 + self.max_rows :] = [
                 f"... and {len(rest):,} more users ({throttled:,} of them throttled)"
             ]
-        lines.append(LEGEND)
+        if legend:
+            lines.append(LEGEND)
         return "\n".join(lines)

@@ -32,7 +32,8 @@ def shown(rows, batch_id=3, **kw):
 
 
 def lines_of(text):
-    return {line.split()[0]: line for line in text.splitlines()[2:-1]}
+    """A table's rows by user: its lines after the title and the header, but the legend."""
+    return {line.split()[0]: line for line in text.splitlines()[2:] if line != LEGEND}
 
 
 def test_state_column_agrees_with_status():
@@ -143,3 +144,16 @@ def test_a_user_held_from_before_a_restart_shows_acted_on():
     table.held({"User:crash": 1_900_000_000_000})
     table.update(1, {"metrics": pd.DataFrame([row("User:crash", 0.5, throttled=7)]).assign(batch_id=1)})
     assert lines_of(printed[-1].strip())["User:crash"].rstrip().endswith("THROTTLED 18s, ACTED ON")
+
+
+def test_piped_the_legend_comes_with_the_first_table_and_every_20th_and_on_a_terminal_with_each():
+    from pidquota.observe.table import LEGEND_EVERY
+
+    for tty, expected in ((False, [0, LEGEND_EVERY]), (True, list(range(LEGEND_EVERY + 5)))):
+        printed = []
+        table = UserTable(W, every_s=0, out=printed.append, tty=tty)
+        for b in range(LEGEND_EVERY + 5):
+            table.update(b, {"metrics": pd.DataFrame([row("User:a", 5.0)]).assign(batch_id=b)})
+        assert len(printed) == LEGEND_EVERY + 5
+        assert [i for i, text in enumerate(printed) if text.rstrip().endswith(LEGEND)] == expected
+        assert all("User:a" in text for text in printed)
