@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -131,6 +132,20 @@ def _squatter(tmp: Path, name: str) -> Path:
     return wheel
 
 
+def _see_our_dependencies(python: Path) -> None:
+    """The new venv imports pidquota's dependencies (numpy, pandas, pyspark) from this
+    interpreter's site-packages, after its own: a path file names them, so that folder's own
+    path files (this checkout's editable pidquota among them) are not run. ``venv
+    --system-site-packages`` reached only the base interpreter's, which in a venv of its own (a
+    fresh machine's) has none of them."""
+    found = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    ours = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    (Path(found.stdout.strip()) / "_pidquota_tests_dependencies.pth").write_text("\n".join(ours) + "\n")
+
+
 def _pip(python: Path | str, *args: str) -> None:
     done = subprocess.run(
         [str(python), "-m", "pip", "--disable-pip-version-check", "-q", *args], capture_output=True, text=True
@@ -153,8 +168,9 @@ def test_the_wheel_installs_pidquota_alone_and_runs_beside_squatters(tmp_path):
     assert "pidquota/streaming/worker_site/sitecustomize.py" in names, sorted(names)
 
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
+    _see_our_dependencies(python)
     squatters = [str(_squatter(tmp_path, name)) for name in SQUATTED]
     _pip(python, "install", "--no-deps", *squatters)
     _pip(python, "install", "--no-deps", str(wheel))
