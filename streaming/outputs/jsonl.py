@@ -113,22 +113,30 @@ def _compiled_type(kind: pa.DataType) -> bool:
 
 def _compiled_chunk(table: pa.Table, writer) -> memoryview:
     """``table`` as JSON lines by the compiled writer (``jsonl_kernel.py``): the columns as
-    stacks of one type, the strings' distinct values encoded once, then one pass over the rows."""
+    stacks of one type, the strings' distinct values encoded once, then one pass over the rows.
+    A column with one value in every row of the chunk (:func:`_constant`: a client column the
+    input does not name, the mode, the batch id) is not a column for the kernel: its key and
+    value join the text copied before the next column, e.g. ``,"mode":"enforce","batch_id":7}``
+    + newline as one copy per row rather than two keys and two values."""
     n = table.num_rows
     stacks: dict[int, list] = {k: [] for k in (jsonl_kernel.INT, jsonl_kernel.DOUBLE, jsonl_kernel.BOOL)}
-    kinds, rows, texts, keys, overs, codes = [], [], [], [], [], []
-    valid = np.ones((table.num_columns, n), np.uint8)
-    fixed, lengths = 0, np.zeros(n, np.int64)  # each row's bytes beyond the fixed ones: its strings
+    kinds, rows, texts, keys, overs, codes, valids = [], [], [], [], [], [], []
+    fixed, lengths, pending = 0, np.zeros(n, np.int64), b""  # lengths: each row's string bytes
     for c, name in enumerate(table.column_names):
         column = table[name]
         if pa.types.is_string(column.type):
             column = column.cast(_TEXT)  # before combining: a slice's text may pass 2 GiB
         column = column.combine_chunks()
-        keys.append((("{" if c == 0 else ",") + _key(name) + ":").encode())
-        if column.null_count == n:
-            valid[c] = 0
-        elif column.null_count:
-            valid[c] = pc.is_valid(column).to_numpy(zero_copy_only=False)
+        key = (("{" if c == 0 else ",") + _key(name) + ":").encode()
+        same = _constant(column)
+        if same is not None:
+            pending += key + same
+            continue
+        keys.append(pending + key)
+        pending = b""
+        valid = np.ones(n, np.uint8)
+        if column.null_count:
+            valid = pc.is_valid(column).to_numpy(zero_copy_only=False).astype(np.uint8)
         kind = column.type
         if pa.types.is_integer(kind):
             kinds.append(jsonl_kernel.INT)
@@ -141,15 +149,16 @@ def _compiled_chunk(table: pa.Table, writer) -> memoryview:
         elif pa.types.is_floating(kind):
             kinds.append(jsonl_kernel.DOUBLE)
             v = column.cast(pa.float64()).fill_null(0.0).to_numpy()
-            valid[c] &= np.isfinite(v)
+            valid &= np.isfinite(v)
             stacks[jsonl_kernel.DOUBLE].append(v)
-            overs.append(_outside(v, valid[c], texts))
+            overs.append(_outside(v, valid, texts))
             fixed += jsonl_kernel.DOUBLE_CHARS
         else:
             kinds.append(jsonl_kernel.STRING)
             codes.append(_string_codes(column, texts, lengths))
+        valids.append(valid)
         rows.append(len(stacks[kinds[-1]]) - 1 if kinds[-1] != jsonl_kernel.STRING else len(codes) - 1)
-    keys.append(b"}\n")
+    keys.append(pending + b"}\n")
     text_at = np.zeros(len(texts) + 1, np.int64)
     np.cumsum([len(t) for t in texts], out=text_at[1:])
     size = n * (fixed + sum(map(len, keys))) + int(lengths.sum())
@@ -158,10 +167,37 @@ def _compiled_chunk(table: pa.Table, writer) -> memoryview:
         np.array(kinds, np.int8), np.array(rows, np.int32), np.frombuffer(b"".join(keys), np.uint8),
         np.cumsum([0, *map(len, keys)]), _stack(stacks[jsonl_kernel.INT], np.int64, n),
         _stack(stacks[jsonl_kernel.DOUBLE], np.float64, n), _stack(overs, np.int32, n),
-        _stack(stacks[jsonl_kernel.BOOL], np.uint8, n), valid, _stack(codes, np.int32, n),
+        _stack(stacks[jsonl_kernel.BOOL], np.uint8, n), _stack(valids, np.uint8, n), _stack(codes, np.int32, n),
         np.frombuffer(b"".join(texts), np.uint8), text_at, out,
     )  # fmt: skip
     return memoryview(out)[:written]
+
+
+def _constant(column: pa.Array) -> bytes | None:
+    """The JSON text of ``column``'s one value when every row holds it (``null`` when all are
+    null), else None. A double counts only inside ujson's fixed range (then :func:`doubles`
+    writes it, as for any row); a column of nulls and one value is not constant."""
+    n = len(column)
+    if column.null_count == n:
+        return b"null"
+    if column.null_count or not n:
+        return None
+    kind = column.type
+    if pa.types.is_floating(kind):
+        v = column.to_numpy(zero_copy_only=False)
+        a = abs(float(v[0]))
+        if not (v == v[0]).all() or a > _FIXED_MAX or (a != 0 and a < _FIXED_MIN):
+            return None  # NaN never equals itself: not constant either
+        return doubles(column.slice(0, 1))[0].as_py().encode()
+    ends = pc.min_max(column)
+    low, high = ends["min"].as_py(), ends["max"].as_py()
+    if low != high:
+        return None
+    if pa.types.is_boolean(kind):
+        return b"true" if low else b"false"
+    if pa.types.is_integer(kind):
+        return str(low).encode()
+    return _encoded_strings([low])[0].encode()
 
 
 def _outside(v: np.ndarray, valid: np.ndarray, texts: list[bytes]) -> np.ndarray:

@@ -57,7 +57,9 @@ def test_a_callback_cut_by_the_jvm_s_death_is_not_logged_and_any_other_error_is(
 
     lost = session._PY4J_CALLBACK_LOST
     monkeypatch.setattr(session, "jvm_exit_code", lambda wait_s=2.0: -9)  # killed by signal 9
-    assert not lost.filter(_callback_record(Py4JError("An error occurred while calling o30.getLocalProperty")))
+    assert not lost.filter(
+        _callback_record(Py4JError("An error occurred while calling o30.getLocalProperty"))
+    )
     assert not lost.filter(_callback_record(Py4JNetworkError("Answer from Java side is empty")))
     assert not lost.filter(_callback_record(ConnectionResetError()))
     java = Py4JJavaError.__new__(Py4JJavaError)  # a Java exception's (needs no JVM to make)
@@ -66,4 +68,6 @@ def test_a_callback_cut_by_the_jvm_s_death_is_not_logged_and_any_other_error_is(
     monkeypatch.setattr(session, "jvm_exit_code", lambda wait_s=2.0: None)  # the JVM still runs
     assert lost.filter(_callback_record(Py4JError("An error occurred while calling o30.getLocalProperty")))
     monkeypatch.setattr(session.STOPPING, "is_set", lambda: True)  # a stop on a signal: its end
-    assert not lost.filter(_callback_record(Py4JError("An error occurred while calling o30.getLocalProperty")))
+    assert not lost.filter(
+        _callback_record(Py4JError("An error occurred while calling o30.getLocalProperty"))
+    )

@@ -191,3 +191,37 @@ def test_threads_asking_for_the_writer_at_once_all_get_it(monkeypatch):
     with ThreadPoolExecutor(4) as pool:
         got = list(pool.map(lambda _: jsonl_kernel.compiled(), range(4)))
     assert all(g is not None for g in got) and len({id(g) for g in got}) == 1
+
+
+def test_columns_of_one_value_are_written_as_pandas_writes_them():
+    """A column with one value in every row is folded into the text around it by the compiled
+    writer (``jsonl._constant``): each type, a constant first and last column, and the near
+    misses (a double outside the fixed range, NaN, 0.0 beside -0.0, a value and nulls)."""
+    from pidquota.streaming.outputs import jsonl
+
+    n = 50
+    table = pa.table(
+        {
+            "mode": pa.array(["enforce"] * n, pa.string()),
+            "pid": pa.array(range(n), pa.int64()),
+            "epoch": pa.array([-3] * n, pa.int32()),
+            "replay": pa.array([False] * n, pa.bool_()),
+            "stale": pa.array([True] * n, pa.bool_()),
+            "quota": pa.array([2 / 3] * n, pa.float64()),
+            "big": pa.array([1e17] * n, pa.float64()),
+            "nan": pa.array([np.nan] * n, pa.float64()),
+            "zeros": pa.array([0.0, -0.0] * (n // 2), pa.float64()),
+            "some": pa.array(["x"] * (n - 1) + [None], pa.string()),
+            "odd": pa.array(['say "hi"/é'] * n, pa.large_string()),
+            "client_id": pa.nulls(n, pa.string()),
+            "batch_id": pa.array([7] * n, pa.int64()),
+        }
+    )
+    assert arrow_text(table) == pandas_text(table)
+    assert jsonl._constant(table["batch_id"].combine_chunks()) == b"7"
+    assert jsonl._constant(table["quota"].combine_chunks()) == b"0.6666666667"
+    assert jsonl._constant(table["client_id"].combine_chunks()) == b"null"
+    for name in ("pid", "big", "nan", "some"):
+        assert jsonl._constant(table[name].combine_chunks()) is None, name
+    everything_constant = table.select(["mode", "epoch", "replay", "client_id", "batch_id"])
+    assert arrow_text(everything_constant) == pandas_text(everything_constant)
