@@ -163,7 +163,8 @@ def _compile_once() -> None:
     if not kernel.compiled_here():
         print("pidquota: compiling the judge for this installation, once (about 20 s)...", flush=True)
         kernel.available()
-    jsonl_kernel.compiled()  # the driver's JSON writer: ~1.3 CPU-s once per installation, then loaded
+    if not jsonl_kernel.compiled_here():  # the driver's JSON writer: ~1.3 CPU-s once per installation
+        jsonl_kernel.compiled()  # (then loaded by a run that writes enough rows: jsonl_kernel.wanted)
 
 
 def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitStack) -> int:

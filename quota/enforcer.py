@@ -13,9 +13,9 @@ from pidquota.conf.errors import CorruptStateError
 from pidquota.quota.batch import BatchJudge
 from pidquota.quota.bucket import TokenBucket
 from pidquota.quota.decision import ADMIT, THROTTLE, Decision, Decisions
-from pidquota.quota.kernel import available as kernel_available
 from pidquota.quota.kernel import covers as kernel_covers
 from pidquota.quota.kernel import judge as kernel_judge
+from pidquota.quota.kernel import wanted as kernel_wanted
 from pidquota.quota.samples import SampledStats
 
 __all__ = ["ADMIT", "THROTTLE", "Decision", "Decisions", "PrincipalQuota", "QuotaSettings"]
@@ -182,7 +182,7 @@ class PrincipalQuota:
             first[1:] = (ts[1:] != ts[:-1]) | (pids[1:] != pids[:-1])
             ts, pids, epochs = ts[first], pids[first], epochs[first]
         replayed = 0 if replay_until is None else int(np.searchsorted(ts, replay_until))  # ts is sorted
-        if use_kernel and kernel_available() and kernel_covers(self):
+        if use_kernel and kernel_wanted(len(ts)) and kernel_covers(self):
             return kernel_judge(self, ts, pids, epochs, replayed)
         if len(ts) < _ONE_BY_ONE_MAX and _one_by_one_is_cheaper(len(ts), len(np.unique(pids))):
             return self._judge_one_by_one(ts, pids, epochs, replayed)

@@ -46,6 +46,12 @@ def available() -> bool:
     return use_group and kernel.available() and kernel._grouped is not None
 
 
+def wanted(n: int) -> bool:
+    """Whether a group of ``n`` sightings is judged in one pass (``kernel.wanted``: the kernel
+    is loaded once the process has been asked for enough sightings)."""
+    return use_group and kernel.wanted(n) and kernel._grouped is not None
+
+
 class GroupOutcome:
     """The kernel's answer for a group's principals ``p = 0..P-1``: ``status[p]`` (0: judged;
     :data:`ELSEWHERE`), and for a judged one its state's bytes (:meth:`blob`), timer, metrics

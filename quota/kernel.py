@@ -138,6 +138,27 @@ def _kernel(  # noqa: PLR0913 - flat arrays are a compiled kernel's interface
 _compiled = None  # the kernel compiled, once per process (numba is imported only then)
 _grouped = None  # the group kernel (_group) compiled
 _tried = False
+# A process loads the compiled kernel (numba's import and the kernels' machine code: ~0.7 CPU-s)
+# once it has been asked to judge this many sightings in all, not at its first one. The numpy
+# judge decides the same verdicts ~2.5 us a sighting slower, so a process that judges fewer never
+# pays the load, and one that judges more loses ~50 ms before it: a `pidquota run --once` over a
+# few thousand events started two Spark Python workers that each loaded it for nothing, about a
+# tenth of the run's CPU (docs/development.md).
+LOAD_AFTER = 20_000
+_asked = 0
+
+
+def wanted(n: int) -> bool:
+    """Whether ``n`` sightings are judged by the compiled kernel: once it is loaded, always;
+    before, only once this process has been asked for :data:`LOAD_AFTER` sightings in all
+    (counting these ``n``), and then it loads it (:func:`available`). Example: batches of 400
+    sightings are judged in numpy until the 50th, which loads the kernel and is judged by it,
+    as is every batch after it."""
+    global _asked
+    if _tried:
+        return _compiled is not None
+    _asked += n
+    return _asked >= LOAD_AFTER and available()
 
 
 def available() -> bool:

@@ -23,7 +23,7 @@ import pandas as pd
 
 from pidquota.quota import Decisions, PrincipalQuota, QuotaSettings, QuotaSource, client, resolve
 from pidquota.quota.group import ELSEWHERE, judge_group
-from pidquota.quota.group import available as group_pass_available
+from pidquota.quota.group import wanted as group_pass_wanted
 from pidquota.quota.states import PrincipalStates
 from pidquota.streaming.columns import (
     CLIENT_COLUMNS,
@@ -439,7 +439,7 @@ def make_state_function(
             frames = list(pdfs)
             pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
             snapshot, stale = quotas.snapshot(), bool(quotas.stale)  # stale: last known quotas in force
-            if group_pass_available():  # the group's principals in one compiled pass
+            if group_pass_wanted(len(pdf)):  # the group's principals in one compiled pass
                 judged = judge_together(
                     pdf, states, snapshot, stale, watermark, settings, replay_until, addresses
                 )

@@ -28,7 +28,8 @@ Where numba is there (it is a dependency), a chunk of such columns is written by
 compiled writer of ``jsonl_kernel.py`` instead: the same bytes, by the same rules, in one pass
 over the rows rather than a string array per column and a join (on a flood's million
 decisions into ten files, ``write_jsonl`` took 0.57 s instead of 0.75 to 0.95). This module's Arrow
-path stays the reference, and writes where numba cannot.
+path stays the reference, and writes where numba cannot, and in a process that has not yet
+been asked for ``jsonl_kernel.LOAD_AFTER`` rows (a short run never pays numba's import).
 
 ``tests/streaming/outputs/test_jsonl.py`` checks the bytes of both against pandas on
 random tables with nulls, edge doubles and awkward strings.
@@ -83,7 +84,7 @@ def jsonl_bytes(table: pa.Table) -> Iterator[memoryview]:
 
 
 def _chunk(table: pa.Table) -> memoryview:
-    writer = jsonl_kernel.compiled()
+    writer = jsonl_kernel.wanted(table.num_rows)
     if writer is not None and table.num_columns and all(_compiled_type(f.type) for f in table.schema):
         return _compiled_chunk(table, writer)
     parts: list = []

@@ -35,6 +35,11 @@ INT_CHARS, DOUBLE_CHARS = 20, 29
 _compiled = None
 _tried = False
 _lock = threading.Lock()  # one compile, and no thread told None while another compiles
+# A process loads the compiled writer (numba's import and its machine code, ~0.6 CPU-s) once it
+# has been asked for this many rows in all: a run that writes fewer (a test's, a trial's) writes
+# them by Arrow, the same bytes, and never pays the load (quota/kernel.py's LOAD_AFTER likewise).
+LOAD_AFTER = 20_000
+_asked = 0
 
 
 def _digits(out, at, u):
@@ -134,6 +139,25 @@ def _rows(kinds, rows, keys, key_at, ints, dbls, dbl_text, bools, valid, codes, 
                 at = _copy(out, at, text, text_at[s], text_at[s + 1])
         at = _copy(out, at, keys, key_at[ncol], key_at[ncol + 1])
     return at
+
+
+def wanted(rows: int):
+    """The compiled writer for a chunk of ``rows`` rows, or None for the Arrow path: once the
+    writer is loaded, always it; before, only once this process has been asked for
+    :data:`LOAD_AFTER` rows in all (counting these), and then it loads it (:func:`compiled`)."""
+    global _asked
+    if _tried:
+        return _compiled
+    _asked += rows
+    return compiled() if _asked >= LOAD_AFTER else None
+
+
+def compiled_here() -> bool:
+    """Whether this installation already holds the writer's machine code (numba's index file
+    beside this module): a process then loads it instead of compiling it (~1.3 CPU-s)."""
+    from pathlib import Path
+
+    return any((Path(__file__).parent / "__pycache__").glob("jsonl_kernel._rows-*.nbi"))
 
 
 def compiled():

@@ -99,3 +99,44 @@ def test_without_numba_the_numpy_judge_decides_and_says_so(monkeypatch):
         assert not kernel.available()
     assert not kernel.available()  # said once
     assert PrincipalQuota(7, settings).judge_batch(ts, pids, epochs).rows() == want
+
+
+def test_a_process_loads_the_kernel_only_once_asked_for_enough_sightings(monkeypatch):
+    """``kernel.wanted``: the numpy judge until the process has been asked for LOAD_AFTER
+    sightings in all; the batch that reaches it loads the kernel, and every one after it is
+    judged compiled (a short run never pays numba's import)."""
+    loads = []
+    monkeypatch.setattr(kernel, "_tried", False)
+    monkeypatch.setattr(kernel, "_compiled", None)
+    monkeypatch.setattr(kernel, "_asked", 0)
+    monkeypatch.setattr(kernel, "LOAD_AFTER", 1_000)
+    real = kernel.available
+    monkeypatch.setattr(kernel, "available", lambda: loads.append(1) or real())
+    assert [kernel.wanted(400), kernel.wanted(400)] == [False, False] and not loads
+    assert kernel.wanted(400) and loads == [1]  # 1,200 asked for: loaded, this batch compiled
+    assert kernel.wanted(1) and loads == [1]  # loaded once
+
+
+def test_the_same_verdicts_before_and_after_the_kernel_loads(monkeypatch):
+    """A principal's batches judged across the load (numpy, then compiled) decide as the
+    numpy judge alone does, and keep the same state bytes."""
+    from pidquota.quota import PrincipalQuota, QuotaSettings
+
+    settings, rng = QuotaSettings(), np.random.default_rng(3)
+    batches = []
+    for k in range(6):
+        ts = np.sort(rng.integers(k * 60_000, (k + 1) * 60_000, 500))
+        batches.append((ts, rng.integers(0, 700, 500), np.zeros(500, np.int64)))
+    outcomes = []
+    for load_after in (10**9, 1_200):  # never loaded; loaded at the third batch
+        monkeypatch.setattr(kernel, "_tried", False)
+        monkeypatch.setattr(kernel, "_compiled", None)
+        monkeypatch.setattr(kernel, "_asked", 0)
+        monkeypatch.setattr(kernel, "LOAD_AFTER", load_after)
+        quota, verdicts = PrincipalQuota(40, settings, 0), []
+        for ts, pids, epochs in batches:
+            quota = PrincipalQuota.from_bytes(quota.to_bytes(), settings)
+            verdicts.append(quota.judge_batch(ts, pids, epochs).admitted.tolist())
+        outcomes.append((verdicts, quota.to_bytes(), kernel._compiled is not None))
+    assert outcomes[0][2] is False and outcomes[1][2] is True
+    assert outcomes[0][:2] == outcomes[1][:2]

@@ -161,6 +161,7 @@ def test_a_group_in_one_pass_gives_the_rows_and_states_of_one_principal_at_a_tim
     outcomes, alone = {}, []
     one = op.judge_principal
     monkeypatch.setattr(op, "judge_principal", lambda name, *a, **k: alone.append(name) or one(name, *a, **k))
+    monkeypatch.setattr(group.kernel, "LOAD_AFTER", 0)  # the kernel loaded at once, not after 20k sightings
     for together in (False, True):
         monkeypatch.setattr(group, "use_group", together)
         alone.clear()
