@@ -80,9 +80,12 @@ def test_a_missing_state_topic_or_a_wrong_address_keeps_the_brokers_log_quiet(tm
     lines of 30 s after the first 15 are counted."""
     from harness.kafka import ApacheKafka
 
-    missing = ApacheKafka(tmp_path / "missing", plugin=plugin_jar())
+    default = {"pidquota.plugin.check.ms": "5000"}  # the cadence a production broker has, not a test's
+    missing = ApacheKafka(tmp_path / "missing", plugin=plugin_jar(), extra=default)
     wrong = ApacheKafka(
-        tmp_path / "wrong", plugin=plugin_jar(), extra={"pidquota.plugin.bootstrap.servers": "127.0.0.1:1"}
+        tmp_path / "wrong",
+        plugin=plugin_jar(),
+        extra={**default, "pidquota.plugin.bootstrap.servers": "127.0.0.1:1"},
     )
     for broker in (missing, wrong):
         broker.cluster.start()

@@ -73,6 +73,11 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     static final String DEFAULT_TOPIC = "pidquota-throttle-state";
     static final String DEFAULT_STATUS_TOPIC = "pidquota-plugin-status";
     static final String DEFAULT_INITS_TOPIC = "pidquota-plugin-inits";
+    /** How often the state reader describes pidquota's topics ({@code pidquota.plugin.check.ms}):
+     * a topic made, remade or deleted is seen within it; its back-offs follow it. */
+    static final long DEFAULT_CHECK_MS = 5_000;
+    static final long MIN_CHECK_MS = 200;
+    static final long MAX_CHECK_MS = 60_000;
 
     private final ThrottleState state = new ThrottleState();
     private final AtomicLong refused = new AtomicLong();
@@ -93,6 +98,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     private String topic = DEFAULT_TOPIC;
     private Map<String, Object> clientConfigs = new HashMap<>();
     private final Set<String> controllerListeners = new HashSet<>();
+    private long checkMs = DEFAULT_CHECK_MS;
 
     @Override
     public void configure(Map<String, ?> configs) {
@@ -117,6 +123,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         if (it != null && !it.toString().trim().isEmpty()) {
             initsTopic = it.toString().trim();
         }
+        checkMs = checkMs(configs.get(PREFIX + "check.ms"));
         Object on = configs.get(PREFIX + "inits.enable");
         if (on != null) {  // read as a person types it, as the state topic's switch
             String v = on.toString().trim().toLowerCase(Locale.ROOT);
@@ -137,6 +144,26 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
                 controllerListeners.add(name.trim().toUpperCase(Locale.ROOT));
             }
         }
+    }
+
+    /** {@code pidquota.plugin.check.ms} as given: a whole number of milliseconds from
+     * {@code MIN_CHECK_MS} to {@code MAX_CHECK_MS}, else the default, said in one line that names
+     * the value and the range (never a broker that does not start). */
+    static long checkMs(Object value) {
+        if (value == null || value.toString().trim().isEmpty()) {
+            return DEFAULT_CHECK_MS;
+        }
+        try {
+            long ms = Long.parseLong(value.toString().trim());
+            if (ms >= MIN_CHECK_MS && ms <= MAX_CHECK_MS) {
+                return ms;
+            }
+        } catch (NumberFormatException e) {
+            // said below
+        }
+        LOG.warn("pidquota plug-in: {}check.ms={} is not a whole number of milliseconds from {} to {}; "
+            + "using {}", PREFIX, value, MIN_CHECK_MS, MAX_CHECK_MS, DEFAULT_CHECK_MS);
+        return DEFAULT_CHECK_MS;
     }
 
     /**
@@ -187,7 +214,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
                 written.add(initsTopic);
                 inits.start();
             }
-            reader = new StateReader(state, topic, written, clientConfigs, name, this::tick);
+            reader = new StateReader(state, topic, written, clientConfigs, name, this::tick, checkMs);
             reader.start();
         }
         register(serverInfo.brokerId());

@@ -31,12 +31,12 @@ import org.slf4j.LoggerFactory;
  * {@link ThrottleState}, on a daemon thread of its own: an authorization never waits for it.
  *
  * <p>One consumer and one admin client for the reader's life, made once (their settings are
- * logged once). Every {@code CHECK} the admin client describes the topic: missing, or of more
+ * logged once). Every {@code check} the admin client describes the topic: missing, or of more
  * than one partition (pidquota writes one; another's records would be unseen), the state is
  * cleared and nothing is refused; a new topic id (deleted and made again) clears the state and
  * reads the new topic from its start; the consumer going back (a reset to {@code earliest})
  * clears it too. A problem is said once when it starts and once when it ends, and retried after
- * a back-off that doubles from {@code FIRST_BACKOFF} to {@code MAX_BACKOFF}, with the clients
+ * a back-off that doubles from {@code firstBackoff} to {@code MAX_BACKOFF}, with the clients
  * idle meanwhile: a missing topic, a wrong address or a missing ACL costs the broker's log a
  * few lines, not one a second. A cluster that does not answer keeps the state as it was; its
  * heartbeat grows old, so the plug-in refuses nothing once that is over its bound.
@@ -47,12 +47,15 @@ import org.slf4j.LoggerFactory;
  */
 final class StateReader implements Runnable {
     private static final Logger LOG = LoggerFactory.getLogger(StateReader.class);
-    static final Duration CHECK = Duration.ofSeconds(5);
-    static final Duration FIRST_BACKOFF = Duration.ofSeconds(2);
     static final Duration MAX_BACKOFF = Duration.ofMinutes(2);
+    /** How often the topic is described ({@code pidquota.plugin.check.ms}, 5 s by default). */
+    private final Duration check;
+    /** The first wait after a problem: two fifths of {@code check} (2 s at 5 s). */
+    private final Duration firstBackoff;
     /** The longest wait while the cluster answers but the topic is not there yet (or not of one
-     * partition): pidquota's first start makes it, and the brokers should see it within seconds. */
-    static final Duration TOPIC_BACKOFF = Duration.ofSeconds(10);
+     * partition): pidquota's first start makes it, and the brokers should see it within seconds;
+     * twice {@code check} (10 s at 5 s). */
+    private final Duration topicBackoff;
     static final Duration SAY_EVERY = Duration.ofMinutes(1);
     static final int FETCH_BYTES = 1 << 20;
 
@@ -80,9 +83,12 @@ final class StateReader implements Runnable {
     /** {@code tick} runs after each check of the topic (the authorizer says a change of its
      * fail-open state there, without waiting for an InitProducerId). */
     StateReader(ThrottleState state, String topic, java.util.Collection<String> writtenTopics,
-                Map<String, Object> clientConfigs, String name, Runnable tick) {
+                Map<String, Object> clientConfigs, String name, Runnable tick, long checkMs) {
         this.state = state;
         this.topic = topic;
+        this.check = Duration.ofMillis(checkMs);
+        this.firstBackoff = Duration.ofMillis(Math.max(100, checkMs * 2 / 5));
+        this.topicBackoff = Duration.ofMillis(2 * checkMs);
         for (String t : writtenTopics) {
             written.put(t, false);
         }
@@ -141,18 +147,18 @@ final class StateReader implements Runnable {
 
     @Override
     public void run() {
-        long backoff = FIRST_BACKOFF.toMillis();
+        long backoff = firstBackoff.toMillis();
         try {
             while (running) {
                 String problem;
                 long most = MAX_BACKOFF.toMillis();
                 try {
                     problem = check();
-                    most = TOPIC_BACKOFF.toMillis();  // the cluster answered: the topic is what waits
+                    most = topicBackoff.toMillis();  // the cluster answered: the topic is what waits
                     if (problem == null) {
-                        follow(CHECK);  // throws when it cannot read: no "reading" line between two faults
+                        follow(check);  // throws when it cannot read: no "reading" line between two faults
                         say(null);
-                        backoff = FIRST_BACKOFF.toMillis();
+                        backoff = firstBackoff.toMillis();
                     }
                 } catch (WakeupException | InterruptException | InterruptedException e) {
                     return;

@@ -33,4 +33,16 @@ class AuthorizerTest {
         assertEquals("CONTROLLER", PidQuotaAuthorizer.listenerOf(e));
         assertEquals(Optional.of("CONTROLLER"), e.listenerName());
     }
+
+    @Test
+    void theCheckIntervalIsReadAsGivenWithinItsRangeElseTheDefault() {
+        assertEquals(5_000L, PidQuotaAuthorizer.checkMs(null));
+        assertEquals(5_000L, PidQuotaAuthorizer.checkMs(" "));
+        assertEquals(1_000L, PidQuotaAuthorizer.checkMs(" 1000 "));
+        assertEquals(200L, PidQuotaAuthorizer.checkMs("200"));
+        assertEquals(60_000L, PidQuotaAuthorizer.checkMs(60_000));
+        for (Object wrong : new Object[] {"199", "60001", "1s", "-5", "1e3", "9999999999999999999999"}) {
+            assertEquals(5_000L, PidQuotaAuthorizer.checkMs(wrong), String.valueOf(wrong));
+        }
+    }
 }
