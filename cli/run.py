@@ -154,11 +154,15 @@ def run(args: argparse.Namespace) -> int:
         signals.restore()
 
 
-def _compile_once() -> None:
+def _compile_once(compiled_after: int) -> None:
     """A fresh installation compiles the judge here, once, said in a line, so that Spark's
-    Python workers load it (~0.3 s each) instead of each compiling it (~16 CPU-s each)."""
+    Python workers load it (~0.3 s each) instead of each compiling it (~16 CPU-s each). The
+    driver's JSON writer is loaded once it has written ``compiled_after`` rows
+    (``pidquota.compiled.after``)."""
     from pidquota.quota import kernel
     from pidquota.streaming.outputs import jsonl_kernel
+
+    jsonl_kernel.LOAD_AFTER = compiled_after
 
     if not kernel.compiled_here():
         print("pidquota: compiling the judge for this installation, once (about 20 s)...", flush=True)
@@ -175,7 +179,7 @@ def _run(args: argparse.Namespace, signals: Signals, cleanup: contextlib.ExitSta
     from pidquota.streaming import session
     from pidquota.streaming.session import spark_session
 
-    _compile_once()
+    _compile_once(config["pidquota.compiled.after"])
     spark = spark_session(config, args.master)
     signals.install()  # again: PySpark's SparkContext put its own SIGINT handler in place
     if signals.exit_code is not None:  # stopped while Spark was starting

@@ -318,7 +318,7 @@ class PrincipalQuota:
         return state
 
 
-# The compiled kernel (quota/kernel.py) judges every batch it covers; False: the numpy judge
+# The compiled kernel (quota/kernel.py) judges every batch it covers once loaded (kernel.wanted); False: the numpy judge
 # and the one-at-a-time path alone (the reference the kernel's tests compare against)
 use_kernel = True
 

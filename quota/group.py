@@ -36,7 +36,7 @@ from pidquota.quota.enforcer import QuotaSettings
 ELSEWHERE = kernel.ELSEWHERE
 _NO_REPLAY = np.iinfo(np.int64).min
 
-# The group pass judges every group it can (kernel.available()); False: the per-principal path
+# The group pass judges every group it can once the kernel is loaded (kernel.wanted); False: the per-principal path
 # alone (the reference tests/quota/test_group.py compares against)
 use_group = True
 
@@ -48,8 +48,9 @@ def available() -> bool:
 
 def wanted(n: int) -> bool:
     """Whether a group of ``n`` sightings is judged in one pass (``kernel.wanted``: the kernel
-    is loaded once the process has been asked for enough sightings)."""
-    return use_group and kernel.wanted(n) and kernel._grouped is not None
+    is loaded once the process has been asked for enough sightings). Not counted here: until
+    then each principal's ``judge_batch`` counts its own."""
+    return use_group and kernel.wanted(n, count=False) and kernel._grouped is not None
 
 
 class GroupOutcome:

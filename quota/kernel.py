@@ -143,21 +143,23 @@ _tried = False
 # judge decides the same verdicts ~2.5 us a sighting slower, so a process that judges fewer never
 # pays the load, and one that judges more loses ~50 ms before it: a `pidquota run --once` over a
 # few thousand events started two Spark Python workers that each loaded it for nothing, about a
-# tenth of the run's CPU (docs/development.md).
+# tenth of the run's CPU (docs/development.md). pidquota.compiled.after sets it in a run.
 LOAD_AFTER = 20_000
 _asked = 0
 
 
-def wanted(n: int) -> bool:
+def wanted(n: int, count: bool = True) -> bool:
     """Whether ``n`` sightings are judged by the compiled kernel: once it is loaded, always;
     before, only once this process has been asked for :data:`LOAD_AFTER` sightings in all
-    (counting these ``n``), and then it loads it (:func:`available`). Example: batches of 400
-    sightings are judged in numpy until the 50th, which loads the kernel and is judged by it,
-    as is every batch after it."""
+    (counting these ``n``; ``count=False``: a caller whose sightings are counted where they are
+    judged), and then it loads it (:func:`available`). Example: batches of 400 sightings are
+    judged in numpy until the 50th, which loads the kernel and is judged by it, as is every
+    batch after it. The operator sets :data:`LOAD_AFTER` from ``pidquota.compiled.after``."""
     global _asked
     if _tried:
         return _compiled is not None
-    _asked += n
+    if count:
+        _asked += n
     return _asked >= LOAD_AFTER and available()
 
 

@@ -21,7 +21,7 @@ from dataclasses import astuple
 import numpy as np
 import pandas as pd
 
-from pidquota.quota import Decisions, PrincipalQuota, QuotaSettings, QuotaSource, client, resolve
+from pidquota.quota import Decisions, PrincipalQuota, QuotaSettings, QuotaSource, client, kernel, resolve
 from pidquota.quota.group import ELSEWHERE, judge_group
 from pidquota.quota.group import wanted as group_pass_wanted
 from pidquota.quota.states import PrincipalStates
@@ -420,13 +420,20 @@ _IGNORED, _STALE, _CLIENT = (_INDEX[c] for c in ("ignored", "quota_stale", DECIS
 
 
 def make_state_function(
-    quotas: QuotaSource, settings: QuotaSettings, replay_until: int | None = None, addresses: bool = False
+    quotas: QuotaSource,
+    settings: QuotaSettings,
+    replay_until: int | None = None,
+    addresses: bool = False,
+    compiled_after: int = kernel.LOAD_AFTER,
 ) -> Callable[[tuple, Iterator[pd.DataFrame], object], Iterator[pd.DataFrame]]:
     """The function given to ``applyInPandasWithState``, closing over the quota
     source, the settings and the replay time (shipped to the executors once). Its
-    key is a group of principals (``quota/states.py``), or the dead letters' group."""
+    key is a group of principals (``quota/states.py``), or the dead letters' group.
+    ``compiled_after``: ``pidquota.compiled.after``, the sightings a worker judges before it
+    loads the compiled judge (``kernel.wanted``)."""
 
     def judge(key: tuple, pdfs: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
+        kernel.LOAD_AFTER = compiled_after  # in the worker: the run's setting
         (key_name,) = key
         if key_name == DEAD_PRINCIPAL:
             yield from dead_letters(pdfs)

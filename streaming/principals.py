@@ -125,11 +125,17 @@ class PrincipalProcessor(StatefulProcessor):
         settings: QuotaSettings,
         replay_until: int | None = None,
         addresses: bool = False,
+        compiled_after: int | None = None,
     ):
         self.quotas, self.settings, self.replay_until = quotas, settings, replay_until
         self.addresses = addresses  # untracked principals' addresses (operator.judge_principal)
+        self.compiled_after = compiled_after  # pidquota.compiled.after (operator.make_state_function)
 
     def init(self, handle) -> None:
+        if self.compiled_after is not None:  # in the worker: the run's setting
+            from pidquota.quota import kernel
+
+            kernel.LOAD_AFTER = self.compiled_after
         self.handle = handle
         self.quota = handle.getMapState("quota", QUOTA_KEY, QUOTA_VALUE)
         self.wheel = handle.getMapState("wheel", SLOT_KEY, SLOT_VALUE)

@@ -245,14 +245,15 @@ def enforcer(
     settings = QuotaSettings.from_config(config)
     grouped = operator_input(lines, config, screen)
     addresses = acts_by_address(config)
+    compiled_after = config["pidquota.compiled.after"]
     if config["pidquota.state.layout"] == "principals":  # one state entry per principal
         from pidquota.streaming.principals import PrincipalProcessor
 
         principals_layout_needs(lines.sparkSession)
-        processor = PrincipalProcessor(quotas, settings, replay_until, addresses)
+        processor = PrincipalProcessor(quotas, settings, replay_until, addresses, compiled_after)
         judged = grouped.transformWithStateInPandas(processor, OPERATOR_SCHEMA, "Append", "EventTime")
     else:
-        judge = make_state_function(quotas, settings, replay_until, addresses)
+        judge = make_state_function(quotas, settings, replay_until, addresses, compiled_after)
         judged = grouped.applyInPandasWithState(
             judge, OPERATOR_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
         )

@@ -142,7 +142,10 @@ def _see_our_dependencies(python: Path) -> None:
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    ours = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    ours = dict.fromkeys(
+        [sysconfig.get_paths()[k] for k in ("purelib", "platlib")]
+        + [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]  # a venv's base's, Debian's
+    )
     (Path(found.stdout.strip()) / "_pidquota_tests_dependencies.pth").write_text("\n".join(ours) + "\n")
 
 

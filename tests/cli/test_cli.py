@@ -406,13 +406,16 @@ def test_a_fresh_installation_compiles_the_judge_in_the_driver_once_and_says_so(
     Python workers load it instead of each compiling it; with one, it says nothing."""
     from pidquota.cli import run as cli_run
     from pidquota.quota import kernel
+    from pidquota.streaming.outputs import jsonl_kernel
 
     compiled = []
     monkeypatch.setattr(kernel, "available", lambda: compiled.append(True) or True)
     monkeypatch.setattr(kernel, "compiled_here", lambda: False)
-    cli_run._compile_once()
+    monkeypatch.setattr(jsonl_kernel, "LOAD_AFTER", jsonl_kernel.LOAD_AFTER)  # put back after
+    cli_run._compile_once(20_000)
     assert compiled == [True]
     assert capsys.readouterr().out.startswith("pidquota: compiling the judge for this installation, once")
     monkeypatch.setattr(kernel, "compiled_here", lambda: True)
-    cli_run._compile_once()
+    cli_run._compile_once(123)
     assert compiled == [True] and capsys.readouterr().out == ""
+    assert jsonl_kernel.LOAD_AFTER == 123  # the driver's writer: pidquota.compiled.after

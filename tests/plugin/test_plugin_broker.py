@@ -10,6 +10,7 @@ import contextlib
 import time
 
 import pytest
+from harness.kafka import PLUGIN_CHECK_MS
 from harness.plugin import plugin_jar
 
 pytestmark = pytest.mark.kafka
@@ -103,6 +104,9 @@ def test_a_throttled_user_gets_no_new_pid_and_its_running_producer_and_others_go
     assert broker.cluster.jmx_value(node, stats, "Refused") >= 1
     assert broker.cluster.jmx_value(node, stats, "FailOpen") == 0
     assert broker.cluster.jmx_value(node, stats, "MeanInitAuthorizationNanos") > 0
+    assert broker.cluster.jmx_value(node, stats, "CheckMs") == int(
+        PLUGIN_CHECK_MS
+    )  # the test brokers' setting
 
 
 def test_records_it_would_not_write_are_skipped_and_change_nothing(broker):

@@ -225,3 +225,21 @@ def test_columns_of_one_value_are_written_as_pandas_writes_them():
         assert jsonl._constant(table[name].combine_chunks()) is None, name
     everything_constant = table.select(["mode", "epoch", "replay", "client_id", "batch_id"])
     assert arrow_text(everything_constant) == pandas_text(everything_constant)
+
+
+def test_a_process_loads_the_compiled_writer_only_once_asked_for_enough_rows(monkeypatch):
+    """``jsonl_kernel.wanted``: the Arrow path until the process has been asked for LOAD_AFTER
+    rows in all; the chunk that reaches it loads the writer (the same bytes either way)."""
+    compiled = jsonl_kernel.compiled()
+    loads = []
+    monkeypatch.setattr(jsonl_kernel, "_tried", False)
+    monkeypatch.setattr(jsonl_kernel, "_compiled", None)
+    monkeypatch.setattr(jsonl_kernel, "_asked", 0)
+    monkeypatch.setattr(jsonl_kernel, "LOAD_AFTER", 1_000)
+    monkeypatch.setattr(jsonl_kernel, "_compile", lambda: loads.append(1) or compiled)
+    table = random_table(np.random.default_rng(4), 400)
+    texts = [arrow_text(table) for _ in range(2)]
+    assert not loads and jsonl_kernel._asked == 800  # two tables by Arrow
+    texts.append(arrow_text(table))  # 1,200 asked for: loaded, written compiled
+    assert loads == [1] and jsonl_kernel.wanted(1) is compiled and loads == [1]
+    assert texts[0] == texts[2] == pandas_text(table)

@@ -86,7 +86,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     private final AtomicLong faults = new AtomicLong();
     private final Set<String> superUsers = new HashSet<>();
     private final AtomicReference<String> openSaid = new AtomicReference<>("");
-    private StateReader reader;
+    private volatile StateReader reader;
     private StatusReporter reporter;
     private InitsPublisher inits;
     /** Set while Kafka's own authorizeByResourceType asks authorize() inside ours. */
@@ -98,7 +98,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
     private String topic = DEFAULT_TOPIC;
     private Map<String, Object> clientConfigs = new HashMap<>();
     private final Set<String> controllerListeners = new HashSet<>();
-    private long checkMs = DEFAULT_CHECK_MS;
+    private Object checkValue;
 
     @Override
     public void configure(Map<String, ?> configs) {
@@ -123,7 +123,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         if (it != null && !it.toString().trim().isEmpty()) {
             initsTopic = it.toString().trim();
         }
-        checkMs = checkMs(configs.get(PREFIX + "check.ms"));
+        checkValue = configs.get(PREFIX + "check.ms");  // read where the state reader starts
         Object on = configs.get(PREFIX + "inits.enable");
         if (on != null) {  // read as a person types it, as the state topic's switch
             String v = on.toString().trim().toLowerCase(Locale.ROOT);
@@ -148,7 +148,8 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
 
     /** {@code pidquota.plugin.check.ms} as given: a whole number of milliseconds from
      * {@code MIN_CHECK_MS} to {@code MAX_CHECK_MS}, else the default, said in one line that names
-     * the value and the range (never a broker that does not start). */
+     * the value and the range (never a broker that does not start): once, by the broker's
+     * authorizer as its state reader starts, not by a controller's. */
     static long checkMs(Object value) {
         if (value == null || value.toString().trim().isEmpty()) {
             return DEFAULT_CHECK_MS;
@@ -214,7 +215,7 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
                 written.add(initsTopic);
                 inits.start();
             }
-            reader = new StateReader(state, topic, written, clientConfigs, name, this::tick, checkMs);
+            reader = new StateReader(state, topic, written, clientConfigs, name, this::tick, checkMs(checkValue));
             reader.start();
         }
         register(serverInfo.brokerId());
@@ -473,6 +474,12 @@ public class PidQuotaAuthorizer extends StandardAuthorizer {
         @Override
         public long getRecordsRead() {
             return reader == null ? 0 : reader.read();
+        }
+
+        @Override
+        public long getCheckMs() {
+            StateReader r = reader;
+            return r == null ? 0 : r.checkMs();
         }
 
         @Override

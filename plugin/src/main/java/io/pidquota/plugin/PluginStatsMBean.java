@@ -46,4 +46,8 @@ public interface PluginStatsMBean {
 
     /** Mean time of one InitProducerId authorization the plug-in looked at, in ns. */
     long getMeanInitAuthorizationNanos();
+
+    /** How often its state reader describes pidquota's topics, in ms (pidquota.plugin.check.ms;
+     * 0 without a reader). */
+    long getCheckMs();
 }

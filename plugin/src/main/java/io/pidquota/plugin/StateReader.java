@@ -138,6 +138,11 @@ final class StateReader implements Runnable {
         return read.get();
     }
 
+    /** How often it describes the topics, in ms. */
+    long checkMs() {
+        return check.toMillis();
+    }
+
     /** One of pidquota's topics the plug-in writes (status, inits) exists, as seen at the last
      * check: the plug-in's records may go there, and never make it themselves (a producer's
      * metadata request would have the broker make it as a plain topic). */
