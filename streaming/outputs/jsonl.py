@@ -181,7 +181,7 @@ def _constant(column: pa.Array) -> bytes | None:
     n = len(column)
     if column.null_count == n:
         return b"null"
-    if column.null_count or not n:
+    if column.null_count:  # nulls and a value: not constant
         return None
     kind = column.type
     if pa.types.is_floating(kind):
