@@ -24,17 +24,21 @@ having seen it, and after ``--seconds`` of the same load unmeasured: a turn's ow
 producer made and its code compiled, is paid once in production, not each phase). Side by side in one JVM, the pair's ratio is free of what differs between two
 brokers' runs (their JIT, their hour); the StandardAuthorizer's broker runs the same phases.
 
-Prints each phase's broker CPU seconds (the process's ``/proc`` utime + stime) and
+Prints each phase's broker CPU seconds (the process's ``/proc`` utime + stime), the share of its
+JIT's compiler threads and of the plug-in's sensing threads in it (``jcmd PID Thread.print``), and
 ProducerPerformance's p99 latency, then per load: sensing on / off (the geometric mean of the
 pairs' ratios: the pairs take turns at going first, so a drift from one phase to the next
-cancels), the plug-in off / StandardAuthorizer (medians of their phases), and the records
-published against the inits granted (none dropped).
+cancels), of the whole process and of the process less its compiler threads (their compiles come
+and go between phases by more than the sensing costs, and a broker running for weeks has paid
+them); the sensing threads' own CPU; the plug-in off / StandardAuthorizer (medians of their
+phases); and the records published against the inits granted (none dropped).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -57,6 +61,27 @@ STATS = "io.pidquota:type=PidQuotaAuthorizer,broker=1"
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+THREAD = re.compile(r'^"([^"]+)".*?\bcpu=([\d.]+)ms', re.M)
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of each live thread of a JVM, from ``jcmd PID Thread.print`` (its ``cpu=``)."""
+    out = subprocess.run(
+        ["jcmd", str(pid), "Thread.print"], capture_output=True, text=True, timeout=60
+    ).stdout
+    return {m.group(1): float(m.group(2)) / 1000 for m in THREAD.finditer(out)}
+
+
+def _split(before: dict[str, float], after: dict[str, float]) -> tuple[float, float]:
+    """A phase's CPU seconds of the JIT's compiler threads (a warm-up cost, which a broker running
+    for weeks has paid: their compiles come and go from one phase to the next, several times the
+    sensing's own cost) and of the plug-in's sensing threads (its publisher and its producer's)."""
+    grew = {name: cpu - before.get(name, 0.0) for name, cpu in after.items()}
+    jit = sum(cpu for name, cpu in grew.items() if "CompilerThread" in name)
+    sensing = sum(cpu for name, cpu in grew.items() if name.endswith("-inits"))
+    return jit, sensing
 
 
 def _options(cluster: Cluster) -> dict:
@@ -172,15 +197,19 @@ def _sensing(cluster: Cluster, on: bool) -> None:
 
 
 def _load(cluster: Cluster, produce: int, inits: float, seconds: float) -> dict:
-    node = cluster.nodes[0]
+    pid = cluster.nodes[0].proc.pid
     published0 = _published(cluster)
-    cpu0 = cpu_seconds(node.proc.pid)
+    threads0, cpu0 = thread_cpu(pid), cpu_seconds(pid)
     perf = _perf(cluster, produce, seconds)
     granted = _inits(cluster, inits, seconds)
     p99 = _p99(perf)
-    cpu = cpu_seconds(node.proc.pid) - cpu0
+    cpu, threads = cpu_seconds(pid) - cpu0, thread_cpu(pid)
+    jit, sensing = _split(threads0, threads)
     time.sleep(1)  # the last records' acks
-    return {"cpu": cpu, "p99": p99, "granted": granted, "published": _published(cluster) - published0}
+    return {
+        "cpu": cpu, "jit": jit, "sensing": sensing, "p99": p99, "granted": granted,
+        "published": _published(cluster) - published0,
+    }  # fmt: skip
 
 
 def _published(cluster: Cluster) -> int:
@@ -205,6 +234,7 @@ def main() -> None:
     loads = {"normal mix": (20_000, 20.0), "init flood": (5_000, args.flood)}
     got: dict[tuple[str, str], list[dict]] = {}
     pairs: dict[str, list[float]] = {load: [] for load in loads}
+    steady: dict[str, list[float]] = {load: [] for load in loads}
     with tempfile.TemporaryDirectory(prefix="pidquota-plugin-sensing-") as tmp:
         for plugin in (None, plugin_jar()):
             cluster = _broker(Path(tmp), plugin, args.version)
@@ -223,34 +253,52 @@ def main() -> None:
                             m = pair[on] = _load(cluster, produce, inits, args.seconds)
                             got.setdefault((load, name), []).append(m)
                             print(
-                                f"  {load}, pair {k + 1}, {name}: broker CPU {m['cpu']:.2f} s, p99 {m['p99']:.0f} ms, "
+                                f"  {load}, pair {k + 1}, {name}: broker CPU {m['cpu']:.2f} s (JIT {m['jit']:.2f}, "
+                                f"sensing threads {m['sensing']:.3f}), p99 {m['p99']:.0f} ms, "
                                 f"inits granted {m['granted']:,}, published {m['published']:,}",
                                 flush=True,
                             )
                         if plugin is not None:
                             pairs[load].append(pair[True]["cpu"] / pair[False]["cpu"])
+                            steady[load].append(_steady(pair[True]) / _steady(pair[False]))
             finally:
                 cluster.stop()
-    _report(got, pairs, loads, args)
+    _report(got, pairs, steady, loads, args)
 
 
-def _report(got: dict, pairs: dict, loads: dict, args) -> None:
+def _steady(m: dict) -> float:
+    return m["cpu"] - m["jit"]
+
+
+def _report(got: dict, pairs: dict, steady: dict, loads: dict, args) -> None:
     print(f"\n{args.pairs} pairs of {args.seconds:g} s phases a load:")
     for load, (produce, inits) in loads.items():
-        cpu = {n: statistics.median(m["cpu"] for m in got[(load, n)]) for n in BROKERS}
-        p99 = {n: statistics.median(m["p99"] for m in got[(load, n)]) for n in BROKERS}
-        on = BROKERS[2]
-        granted = sum(m["granted"] for m in got[(load, on)])
-        published = sum(m["published"] for m in got[(load, on)])
+        phases = {n: got[(load, n)] for n in BROKERS}
+        cpu = {n: statistics.median(m["cpu"] for m in ms) for n, ms in phases.items()}
+        less = {n: statistics.median(_steady(m) for m in ms) for n, ms in phases.items()}
+        p99 = {n: statistics.median(m["p99"] for m in ms) for n, ms in phases.items()}
+        off, on = BROKERS[1], BROKERS[2]
+        own = statistics.median(m["sensing"] for m in phases[on])
+        granted = sum(m["granted"] for m in phases[on])
+        published = sum(m["published"] for m in phases[on])
         print(
-            f"{load} ({produce:,} records/s, {inits:g} inits/s): median broker CPU s "
-            + ", ".join(f"{n} {cpu[n]:.2f}" for n in BROKERS)
-            + f"; sensing on / off, geometric mean of the pairs {statistics.geometric_mean(pairs[load]):.3f}x "
-            f"(each: {', '.join(f'{r:.3f}' for r in pairs[load])}); plug-in off / StandardAuthorizer "
-            f"{cpu[BROKERS[1]] / cpu[BROKERS[0]]:.3f}x; produce p99 ms "
+            f"{load} ({produce:,} records/s, {inits:g} inits/s):\n"
+            f"  median broker CPU s (less its JIT's compiler threads): "
+            + ", ".join(f"{n} {cpu[n]:.2f} ({less[n]:.2f})" for n in BROKERS)
+            + f"\n  sensing on / off, geometric mean of the pairs: {_mean(pairs[load])}; "
+            f"less the JIT's compiler threads {_mean(steady[load])}\n"
+            f"  the sensing threads' own CPU: {own / args.seconds * 1000:.1f} ms a second, "
+            f"{own / less[off]:.1%} of the broker's less its JIT (sensing off)\n"
+            f"  plug-in off / StandardAuthorizer: {cpu[off] / cpu[BROKERS[0]]:.3f}x, "
+            f"less the JIT {less[off] / less[BROKERS[0]]:.3f}x\n"
+            f"  produce p99 ms: "
             + ", ".join(f"{n} {p99[n]:.0f}" for n in BROKERS)
             + f"; sensing on published {published:,} of {granted:,} inits granted"
         )
+
+
+def _mean(ratios: list[float]) -> str:
+    return f"{statistics.geometric_mean(ratios):.3f}x ({', '.join(f'{r:.3f}' for r in ratios)})"
 
 
 if __name__ == "__main__":

@@ -111,3 +111,5 @@ def test_a_missing_state_topic_or_a_wrong_address_keeps_the_brokers_log_quiet(tm
     assert whole["wrong"].count("cannot read the state topic") == 1
     for text in whole.values():  # its clients' settings, said once for the plug-in's life
         assert text.count("ConsumerConfig values") == 1 and text.count("AdminClientConfig values") == 1
+        # its fetch waits at the broker for pidquota's next record: a fetch each 5 s, not two a second
+        assert re.search(r"^\s*fetch\.max\.wait\.ms = 5000$", text, re.M), "Kafka's 500 ms"
