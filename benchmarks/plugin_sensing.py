@@ -2,6 +2,7 @@
 broker, side by side with the plug-in without it and with Kafka's own ``StandardAuthorizer``.
 
     python benchmarks/plugin_sensing.py [--pairs 4] [--version 4.1.1] [--flood 600] [--seconds 10]
+                                        [--jit-scale 0.05]
 
 Two fresh one-node brokers, one after the other, on both of the JVM's compilers as in production
 (a minute's load first, to warm them), the request log at WARN as Kafka ships it and
@@ -150,7 +151,7 @@ def _inits(cluster: Cluster, rate: float, seconds: float) -> int:
     return granted
 
 
-def _broker(tmp: Path, plugin: Path | None, version: str | None) -> Cluster:
+def _broker(tmp: Path, plugin: Path | None, version: str | None, jit_scale: float | None) -> Cluster:
     tmp.mkdir(parents=True, exist_ok=True)
     log4j2 = request_log_at_warn(tmp, version)  # as Kafka ships it
     cluster = Cluster(
@@ -161,6 +162,7 @@ def _broker(tmp: Path, plugin: Path | None, version: str | None) -> Cluster:
         # as production clusters often run: a deleted inits topic stays deleted (sensing off); its
         # files deleted at once, in the 7 s between phases, not a minute later inside one
         extra={"auto.create.topics.enable": "false", "file.delete.delay.ms": "0"},
+        jvm_options=() if jit_scale is None else (f"-XX:CompileThresholdScaling={jit_scale:g}",),
     )  # fmt: skip
     cluster.start()
     from kafka.admin import NewTopic
@@ -228,6 +230,14 @@ def main() -> None:
         "--flood", type=float, default=600, help="InitProducerIds a second in the flood (600)"
     )
     parser.add_argument("--seconds", type=float, default=10, help="each phase's length (10)")
+    parser.add_argument(
+        "--jit-scale",
+        type=float,
+        default=None,
+        help="both brokers' -XX:CompileThresholdScaling: 0.05 compiles within this run what a broker "
+        "runs twice a second (the plug-in's sends), which at Java's thresholds C2 compiles after "
+        "about 40 minutes, past every phase here (default: Java's own)",
+    )
     args = parser.parse_args()
     from harness.plugin import plugin_jar
 
@@ -237,7 +247,7 @@ def main() -> None:
     steady: dict[str, list[float]] = {load: [] for load in loads}
     with tempfile.TemporaryDirectory(prefix="pidquota-plugin-sensing-") as tmp:
         for plugin in (None, plugin_jar()):
-            cluster = _broker(Path(tmp), plugin, args.version)
+            cluster = _broker(Path(tmp), plugin, args.version, args.jit_scale)
             try:
                 _load(cluster, 20_000, 100, 60)  # warm-up: C2's JIT, the first segments
                 for load, (produce, inits) in loads.items():

@@ -165,11 +165,12 @@ def java_cmd(
     jmx_port: int | None = None,
     java: str | None = None,
     c2: bool = False,
+    options: tuple[str, ...] = (),
 ) -> list[str]:
     """The command line of a JVM running ``main`` on ``libs``; ``java``: the runtime (default the
     ``java`` on PATH; a Kafka 3.9 broker may run on Java 11). The class-data archive is the
     default runtime's alone. ``c2``: both of the JVM's compilers, as a production broker runs
-    (a cost benchmark's); else C1 alone."""
+    (a cost benchmark's); else C1 alone. ``options``: more of the JVM's own (a benchmark's)."""
     default = shutil.which("java")
     if java is None and default is None:
         raise BrokerError("java is not installed: Apache Kafka 4.x needs Java 17 or later")
@@ -199,6 +200,7 @@ def java_cmd(
         # a test's or a trial's broker, lightly loaded: C1 alone, without C2's compile threads,
         # spends about a third less CPU (what a 2-core test machine runs short of)
         *([] if c2 else ["-XX:TieredStopAtLevel=1"]),
+        *options,
         "-Djava.awt.headless=true",
         *props,
         "-cp",
@@ -264,7 +266,8 @@ class Cluster:
     ``docker/kafka/log4j2.yaml``; ``docker/kafka/log4j.properties`` for Kafka 3.x); ``plugin``,
     pidquota's broker plug-in jar (``plugin/``): it is the authorizer then, reading its state
     topic through the node's own PLAINTEXT listener; ``c2``: the JVM's both compilers, as in
-    production (a cost benchmark), else C1 alone (less CPU for a lightly loaded test broker)."""
+    production (a cost benchmark), else C1 alone (less CPU for a lightly loaded test broker);
+    ``jvm_options``: more options of the JVM's own (a benchmark's)."""
 
     def __init__(
         self,
@@ -279,10 +282,12 @@ class Cluster:
         jmx: bool = False,
         java: str | None = None,
         c2: bool = False,
+        jvm_options: tuple[str, ...] = (),
     ):
         self.workdir = Path(workdir)
         self.java = java
         self.c2 = c2
+        self.jvm_options = tuple(jvm_options)
         self.plugin = Path(plugin) if plugin else None
         self.jmx = jmx
         self.users = users or {u: f"{u}-secret" for u in USERS}
@@ -408,6 +413,7 @@ class Cluster:
             jmx_port=node.jmx_port if self.jmx else None,
             java=self.java,
             c2=self.c2,
+            options=self.jvm_options,
         )
         node.out_from = node.stdout.stat().st_size if node.stdout.exists() else 0
         with node.stdout.open("a") as out:
