@@ -164,6 +164,7 @@ def stages(config, quotas):
 def run_stage(spark, config, name: str, stage: tuple, folder: Path, work: Path) -> dict:
     from pidquota.streaming import query as q
     from pidquota.streaming.outputs.sink import JsonlSink
+    from pidquota.streaming.session import checkpoint_files
 
     build, real_sink, screened = stage
     out = work / f"{folder.name}-{name.replace(', ', '-').replace(' ', '-')}"
@@ -175,6 +176,9 @@ def run_stage(spark, config, name: str, stage: tuple, folder: Path, work: Path) 
         screen = config["pidquota.principal.max.length"] if screened else 0  # as the CLI does
         lines = q.file_source(spark, str(folder), 1, str(out / "_ck"), screen=screen)
     frame = build(lines)
+    # every stage's checkpoint files written alike, as pidquota's queries write theirs
+    # (streaming/session.py: checkpoint_files): the ratios compare the queries, not the file managers
+    checkpoint_files(spark, str(out / "_ck"))
     writer = frame.writeStream.option("checkpointLocation", str(out / "_ck")).trigger(availableNow=True)
     if real_sink:
         writer = writer.foreachBatch(JsonlSink(out))

@@ -25,6 +25,7 @@ from pidquota.streaming.columns import DEAD_PRINCIPAL
 from pidquota.streaming.compact import COMPACT_SCHEMA, compact
 from pidquota.streaming.operator import make_state_function
 from pidquota.streaming.schema import OPERATOR_SCHEMA, STATE_SCHEMA
+from pidquota.streaming.session import checkpoint_files
 
 COMPACT_COLUMNS = ("principal", "producer_ids", "timestamps", "epochs", "client_pids", "clients", "dead")
 
@@ -306,6 +307,7 @@ def principals_layout_needs(spark) -> None:
 
 
 def start(output: DataFrame, sink, checkpoint: str, once: bool, trigger_ms: int, name: str = "pidquota"):
+    checkpoint_files(output.sparkSession, checkpoint)
     writer = output.writeStream.queryName(name).foreachBatch(sink).option("checkpointLocation", checkpoint)
     if once:
         writer = writer.trigger(availableNow=True)

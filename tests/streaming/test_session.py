@@ -1,7 +1,10 @@
-"""streaming/session.py's relay of the JVM's stderr: Spark's own noise dropped, the rest kept."""
+"""streaming/session.py: the relay of the JVM's stderr (Spark's own noise dropped, the rest kept),
+and the checkpoint files' manager chosen per query."""
 
 import os
 import threading
+
+import pytest
 
 from pidquota.streaming import session
 
@@ -71,3 +74,54 @@ def test_a_callback_cut_by_the_jvm_s_death_is_not_logged_and_any_other_error_is(
     assert not lost.filter(
         _callback_record(Py4JError("An error occurred while calling o30.getLocalProperty"))
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "default_fs", "local"),
+    [
+        ("/tmp/out/_checkpoint", None, True),  # Spark's default file system is the local one
+        ("out/_checkpoint", "file:///", True),
+        ("file:///tmp/ck", "hdfs://nn:8020", True),
+        ("FILE:/tmp/ck", None, True),
+        ("/tmp/ck", "hdfs://nn:8020", False),  # a cluster's HDFS where no scheme is given
+        ("hdfs://nn:8020/ck", None, False),
+        ("s3a://bucket/ck", None, False),
+        ("abfss://c@a.dfs.core.windows.net/ck", "file:///", False),
+    ],
+)
+def test_only_a_local_checkpoint_is_local(path, default_fs, local):
+    assert session._local_path(path, default_fs) is local
+
+
+def test_a_local_checkpoint_is_written_through_filesystem_and_any_other_as_spark_chooses(spark):
+    conf = spark.conf
+    before = conf.get(session.CHECKPOINT_FILES, None), conf.get(session._OURS, None)
+    try:
+        session.checkpoint_files(spark, "/tmp/pidquota-test/_checkpoint")
+        assert conf.get(session.CHECKPOINT_FILES) == session.FILESYSTEM_FILES
+        session.checkpoint_files(spark, "hdfs://namenode:8020/pidquota/_checkpoint")
+        assert conf.get(session.CHECKPOINT_FILES, None) is None  # Spark's FileContext again
+        mine = "org.example.MyCheckpointFileManager"  # a class of the user's own: never replaced
+        conf.set(session.CHECKPOINT_FILES, mine)
+        conf.unset(session._OURS)
+        for path in ("/tmp/pidquota-test/_checkpoint", "hdfs://namenode:8020/ck"):
+            session.checkpoint_files(spark, path)
+            assert conf.get(session.CHECKPOINT_FILES) == mine
+    finally:
+        for key, value in zip((session.CHECKPOINT_FILES, session._OURS), before, strict=True):
+            if value is None:
+                conf.unset(key)
+            else:
+                conf.set(key, value)
+
+
+def test_every_query_of_the_tests_writes_its_checkpoint_through_filesystem(make_enforcer, tmp_path):
+    """The suite's exactly-once, kill and replay tests run on the manager users get: a query
+    started by streaming/query.py on a local folder has it, and its checkpoint is complete."""
+    enforcer = make_enforcer(tmp_path, {"User:a": 5})
+    got = enforcer.run([{"timestamp": 1_000, "principal": "User:a", "producer_id": 1}])
+    assert len(got["decisions"]) == 1
+    assert enforcer.spark.conf.get(session.CHECKPOINT_FILES) == session.FILESYSTEM_FILES
+    commits = tmp_path / "out" / "_ck" / "commits"
+    assert (commits / "0").is_file() and (commits / ".0.crc").is_file()  # checksummed, as before
+    assert not [p for p in commits.iterdir() if p.name.endswith(".tmp")]
