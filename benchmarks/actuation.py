@@ -168,10 +168,10 @@ def _refusals(out: Path, users: list[str], refused: dict[str, int]) -> list[floa
 
 
 def _batch_seconds(checkpoint: Path) -> list[float]:
-    """Each micro-batch's time, from Spark's checkpoint: its offsets written (planned) to its
-    commit written (its outputs and the actuator's work done), s."""
+    """Each micro-batch's time, in batch order, from Spark's checkpoint: its offsets written
+    (planned) to its commit written (its outputs and the actuator's work done), s."""
     took = []
-    for commit in (checkpoint / "commits").glob("[0-9]*"):
+    for commit in sorted((checkpoint / "commits").glob("[0-9]*"), key=lambda c: int(c.name)):
         planned = checkpoint / "offsets" / commit.name
         if planned.exists():
             took.append(commit.stat().st_mtime - planned.stat().st_mtime)
@@ -293,7 +293,8 @@ def main() -> None:
     changes = counted["apply"] + counted["undo"]
     pct = lambda xs, q: float(np.percentile(xs, q)) if xs else float("nan")  # noqa: E731
     print(
-        f"act:  first over-quota init -> apply, {len(act)} users: p50 {pct(act, 50):.1f} s, p99 {pct(act, 99):.1f} s"
+        f"act:  first over-quota init -> apply, {len(act)} users: p50 {pct(act, 50):.1f} s, p99 {pct(act, 99):.1f} s; "
+        f"each: {', '.join(f'{a:.2f}' for a in act)}"
     )
     print(
         f"undo: throttle end -> undo (hold {args.hold:g} s), {len(undo)} users: "
@@ -312,7 +313,8 @@ def main() -> None:
         )
     print(
         f"batches: {len(batches)}, from planned to committed p50 {pct(batches, 50):.2f} s, "
-        f"p99 {pct(batches, 99):.2f} s (the trigger every {args.trigger_ms / 1000:g} s)"
+        f"p99 {pct(batches, 99):.2f} s (the trigger every {args.trigger_ms / 1000:g} s); the first five: "
+        f"{', '.join(f'{b:.2f}' for b in batches[:5])}"
     )
     print(f"actions: {dict(counted)}; quota changes (apply + undo): {changes}")
     per = {api: round(n / max(changes, 1), 1) for api, n in by_api.most_common()}
