@@ -70,16 +70,20 @@ THREAD = re.compile(r'^"([^"]+)".*?\bcpu=([\d.]+)ms', re.M)
 def thread_cpu(pid: int) -> dict[str, float]:
     """CPU seconds of each live thread of a JVM, from ``jcmd PID Thread.print`` (its ``cpu=``)."""
     out = subprocess.run(
-        ["jcmd", str(pid), "Thread.print"], capture_output=True, text=True, timeout=60
+        ["jcmd", str(pid), "Thread.print"], capture_output=True, text=True, timeout=60, check=True
     ).stdout
-    return {m.group(1): float(m.group(2)) / 1000 for m in THREAD.finditer(out)}
+    threads = {m.group(1): float(m.group(2)) / 1000 for m in THREAD.finditer(out)}
+    if not threads:
+        raise RuntimeError(f"jcmd {pid} Thread.print showed no thread's cpu=:\n{out[-1500:]}")
+    return threads
 
 
 def _split(before: dict[str, float], after: dict[str, float]) -> tuple[float, float]:
     """A phase's CPU seconds of the JIT's compiler threads (a warm-up cost, which a broker running
     for weeks has paid: their compiles come and go from one phase to the next, several times the
     sensing's own cost) and of the plug-in's sensing threads (its publisher and its producer's)."""
-    grew = {name: cpu - before.get(name, 0.0) for name, cpu in after.items()}
+    # a thread made anew under an old name (a producer remade) counts from 0, never below it
+    grew = {name: max(cpu - before.get(name, 0.0), 0.0) for name, cpu in after.items()}
     jit = sum(cpu for name, cpu in grew.items() if "CompilerThread" in name)
     sensing = sum(cpu for name, cpu in grew.items() if name.endswith("-inits"))
     return jit, sensing
@@ -252,28 +256,36 @@ def main() -> None:
                 _load(cluster, 20_000, 100, 60)  # warm-up: C2's JIT, the first segments
                 for load, (produce, inits) in loads.items():
                     for k in range(args.pairs):
-                        pair = {}
-                        for on in (k % 2 == 0, k % 2 == 1):
-                            name = BROKERS[0] if plugin is None else BROKERS[2 if on else 1]
-                            if plugin is not None:
-                                _sensing(cluster, on)
-                            # unmeasured, the same load first: what a turn costs once (a producer made,
-                            # its code compiled, the plug-in's check seeing the topic) is not in the phase
-                            _load(cluster, produce, inits, args.seconds)
-                            m = pair[on] = _load(cluster, produce, inits, args.seconds)
-                            got.setdefault((load, name), []).append(m)
-                            print(
-                                f"  {load}, pair {k + 1}, {name}: broker CPU {m['cpu']:.2f} s (JIT {m['jit']:.2f}, "
-                                f"sensing threads {m['sensing']:.3f}), p99 {m['p99']:.0f} ms, "
-                                f"inits granted {m['granted']:,}, published {m['published']:,}",
-                                flush=True,
-                            )
+                        pair = _pair(cluster, load, produce, inits, k, args.seconds, got)
                         if plugin is not None:
                             pairs[load].append(pair[True]["cpu"] / pair[False]["cpu"])
                             steady[load].append(_steady(pair[True]) / _steady(pair[False]))
             finally:
                 cluster.stop()
     _report(got, pairs, steady, loads, args)
+
+
+def _pair(cluster: Cluster, load: str, produce: int, inits: float, k: int, seconds: float, got: dict) -> dict:
+    """Pair ``k`` of a load's phases: sensing off and on (on first in every other pair) on the
+    plug-in's broker, two like phases on the StandardAuthorizer's; each measured phase is recorded
+    in ``got`` and printed. Returns the phases by ``on``."""
+    pair = {}
+    for on in (k % 2 == 0, k % 2 == 1):
+        name = BROKERS[0] if cluster.plugin is None else BROKERS[2 if on else 1]
+        if cluster.plugin is not None:
+            _sensing(cluster, on)
+        # unmeasured, the same load first: what a turn costs once (a producer made, its code
+        # compiled, the plug-in's check seeing the topic) is not in the phase
+        _load(cluster, produce, inits, seconds)
+        m = pair[on] = _load(cluster, produce, inits, seconds)
+        got.setdefault((load, name), []).append(m)
+        print(
+            f"  {load}, pair {k + 1}, {name}: broker CPU {m['cpu']:.2f} s (JIT {m['jit']:.2f}, "
+            f"sensing threads {m['sensing']:.3f}), p99 {m['p99']:.0f} ms, "
+            f"inits granted {m['granted']:,}, published {m['published']:,}",
+            flush=True,
+        )
+    return pair
 
 
 def _steady(m: dict) -> float:

@@ -49,6 +49,7 @@ from pidquota.recommend.stats import (
 from pidquota.store.kafka import CLIENT_ID, KafkaUrl
 from pidquota.streaming import query as q
 from pidquota.streaming.outputs.reader import read_output
+from pidquota.streaming.session import checkpoint_files
 
 
 def compute(
@@ -129,6 +130,7 @@ def _events(lines: DataFrame, config) -> DataFrame:
 
 def _run(events: DataFrame, folder: Path) -> None:
     checkpoint = folder.with_name(folder.name + "-sink-checkpoint")
+    checkpoint_files(events.sparkSession, str(checkpoint))  # as the enforcer's queries write theirs
     query = (
         events.writeStream.format("parquet")
         .option("path", str(folder))

@@ -77,12 +77,16 @@ def checkpoint_files(spark, checkpoint: str) -> None:
     Not on HDFS, S3 or any other scheme (Spark's ``FileContext`` stays: on HDFS its rename
     overwrites atomically, ``FileSystem``'s refuses), and never over a class of the user's own
     (``--conf spark.sql.streaming.checkpointFileManagerClass=...``). Per query, set before it
-    starts: the session's later queries on another scheme get Spark's default back."""
+    starts: the session's later queries on another scheme get Spark's default back. A running
+    query keeps the manager it started with (Spark clones the session for it); queries started
+    at once from several threads of one session, which pidquota never does, could race here."""
     current = spark.conf.get(CHECKPOINT_FILES, None)
-    ours = spark.conf.get(_OURS, None) == "true"
+    ours = spark.conf.get(_OURS, None) == "true" and current == FILESYSTEM_FILES
     if current is not None and not ours:
         return  # the user's own
-    if _local_path(checkpoint, spark.sparkContext._jsc.hadoopConfiguration().get("fs.defaultFS")):
+    # the session's Hadoop settings, as Spark's file managers get them (its own spark.hadoop.*)
+    default_fs = spark._jsparkSession.sessionState().newHadoopConf().get("fs.defaultFS")
+    if _local_path(checkpoint, default_fs):
         spark.conf.set(CHECKPOINT_FILES, FILESYSTEM_FILES)
         spark.conf.set(_OURS, "true")
     elif ours:
@@ -92,7 +96,9 @@ def checkpoint_files(spark, checkpoint: str) -> None:
 
 def _local_path(path: str, default_fs: str | None) -> bool:
     """Whether Hadoop reads ``path`` from the local file system: ``file:``, or no scheme where
-    the default file system (``fs.defaultFS``) is local (Spark's own default)."""
+    the default file system (``fs.defaultFS``) is local (Spark's own default). Stricter than
+    ``conf.paths.local_path``, which takes a bare path for the driver's own folder: here a
+    bare path on a cluster whose default file system is HDFS is HDFS, as Spark reads it."""
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", path)
     if scheme:
         return scheme.group(1).lower() == "file"
