@@ -175,8 +175,9 @@ def _ends(broker) -> dict:
 
 
 def _settled_ends(broker) -> dict:
-    """The inits topic's end offsets once no record came for a second: the plug-in sends at
-    most every 500 ms, so the inits asked so far are all in."""
+    """The inits topic's end offsets once no record came for a second: the plug-in sends once
+    every 500 ms on average (a few at once after a quiet spell), so the inits asked so far are
+    all in."""
     ends = _ends(broker)
     while True:
         time.sleep(1)

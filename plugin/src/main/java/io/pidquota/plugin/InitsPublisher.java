@@ -40,8 +40,10 @@ import org.slf4j.LoggerFactory;
  * <p>On the request thread, {@link #offer} only stores references in a bounded queue (at most
  * {@code CAPACITY} inits and {@code MAX_CHARS} characters of text: a few MiB whatever the
  * requests hold) and never blocks or throws: a full queue drops the init, counts it and says so
- * once. A daemon thread of its own wakes at an init and sends at most once a {@code GATHER_MS}:
- * an init after a quiet spell at once, the rest gathered until the next send is due. It sends as
+ * once. A daemon thread of its own wakes at an init and sends on a budget: one send a
+ * {@code GATHER_MS} on average, at most {@code BURST} at once after a quiet spell (a token bucket
+ * of sends). An init that finds a send in the budget goes at once, the rest are gathered until
+ * the next one is due. It sends as
  * one record per principal (its key: a principal's inits keep their order, one request in
  * flight), its inits a line each, through one producer ({@code acks=all}, uncompressed, a buffer
  * of {@code BUFFER} bytes) made only once the topic exists (pidquota makes it; a producer would
@@ -49,8 +51,10 @@ import org.slf4j.LoggerFactory;
  * request, the broker's handling of it): sent a record per init, a 600-inits/s flood cost the
  * broker 1.2x its CPU; a send each 200 ms, its two threads ~12 ms of CPU a second, at 20 inits/s
  * as at 600; each 500 ms, ~8 ms. Worked example: a crash loop's 500 inits a second make 2 records
- * a second of 250 lines each (~75 kB); an init every 2 s goes as it comes; the request threads
- * do an offer each (~1 µs).
+ * a second of 250 lines each (~75 kB), as {@code BURST} sends at its start and then one each
+ * 500 ms; a crash loop's 2 inits a second each go as they come (2 sends a second, within the
+ * budget), where a send at most each 500 ms kept one of them waiting up to 0.5 s; the request
+ * threads do an offer each (~1 µs).
  */
 final class InitsPublisher implements Runnable {
     private static final Logger LOG = LoggerFactory.getLogger(InitsPublisher.class);
@@ -59,6 +63,7 @@ final class InitsPublisher implements Runnable {
     static final int LINGER_MS = 0;
     static final int GATHER_MS = 500;
     static final long GATHER_NANOS = GATHER_MS * 1_000_000L;
+    static final int BURST = 4;
     static final int RECORD_CHARS = 256 * 1024;
     static final int BUFFER = 4 << 20;
     static final int BATCH = 1000;
@@ -112,7 +117,9 @@ final class InitsPublisher implements Runnable {
     private boolean broken;
     private long brokenAt;
     static final long REMAKE_NANOS = 60_000_000_000L;
-    private long lastSend = System.nanoTime() - GATHER_NANOS;
+    /** The sends in the budget, in nanoseconds of {@code GATHER_NANOS} each: full at the start. */
+    private long credit = BURST * GATHER_NANOS;
+    private long creditAt = System.nanoTime();
     private int inARow;
     private boolean warned;
 
@@ -222,13 +229,12 @@ final class InitsPublisher implements Runnable {
                     continue;
                 }
                 batch.add(first);
-                // at most one send a GATHER_MS: a flood's inits go a few times a second, gathered (the
-                // producer's cost is per send, not per init); an init after a quiet spell goes at once
-                long wait = lastSend + GATHER_NANOS - System.nanoTime();
-                if (wait > 0) {
+                // one send a GATHER_MS on average: a flood's inits go a few times a second, gathered
+                // (the producer's cost is per send, not per init); one that finds a send in the
+                // budget goes at once
+                for (long wait; (wait = take(System.nanoTime())) > 0; ) {
                     TimeUnit.NANOSECONDS.sleep(wait);
                 }
-                lastSend = System.nanoTime();
                 sendWaiting(batch);
             } catch (InterruptedException e) {
                 return;
@@ -236,6 +242,18 @@ final class InitsPublisher implements Runnable {
                 batch.clear();
             }
         }
+    }
+
+    /** A send taken from the budget at {@code now} (0), or the nanoseconds until one is in it. The
+     * budget gains a send each {@code GATHER_NANOS} and holds at most {@code BURST}. */
+    long take(long now) {
+        credit = Math.min(BURST * GATHER_NANOS, credit + Math.max(0, now - creditAt));
+        creditAt = Math.max(creditAt, now);
+        if (credit < GATHER_NANOS) {
+            return GATHER_NANOS - credit;
+        }
+        credit -= GATHER_NANOS;
+        return 0;
     }
 
     /** {@code batch} and all that waits in the queue, {@code BATCH} at a time: a send every

@@ -106,6 +106,30 @@ class InitsPublisherTest {
     }
 
     @Test
+    void sendsGoAtOnceWithinTheBudgetAndAtOneAGatherBeyondIt() {
+        InitsPublisher p = publisher();
+        long g = InitsPublisher.GATHER_NANOS;
+        long t = System.nanoTime() + 1000 * g;  // after a quiet spell: the budget full
+        for (int i = 0; i < InitsPublisher.BURST; i++) {
+            assertEquals(0, p.take(t), "send " + i + " of the burst");
+        }
+        assertEquals(g, p.take(t));  // the budget spent: the next send waits a whole gather
+        assertEquals(g / 2, p.take(t + g / 2));
+        assertEquals(0, p.take(t + g));
+        for (int i = 2; i < 10; i++) {  // a flood: one send a gather, never more
+            assertTrue(p.take(t + i * g - 1) > 0);
+            assertEquals(0, p.take(t + i * g));
+        }
+        long quiet = t + 100 * g;  // a long quiet spell refills BURST sends, not more
+        for (int i = 0; i < InitsPublisher.BURST; i++) {
+            assertEquals(0, p.take(quiet));
+        }
+        assertEquals(g, p.take(quiet));
+        assertEquals(g, p.take(quiet - g));  // a clock read out of order gives nothing
+        assertEquals(g, p.take(quiet));  // and takes nothing back
+    }
+
+    @Test
     void anOutcomeSaysWhoDecided() {
         assertEquals(InitsPublisher.Outcome.REFUSED, PidQuotaAuthorizer.outcome(true, AuthorizationResult.ALLOWED));
         assertEquals(InitsPublisher.Outcome.GRANTED, PidQuotaAuthorizer.outcome(false, AuthorizationResult.ALLOWED));
