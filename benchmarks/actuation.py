@@ -128,10 +128,11 @@ def _first_refused(logs: list[Path]) -> dict[str, int]:
     return first
 
 
-def _first_refused_published(cluster: Cluster, lags: list[float]) -> dict[str, int]:
+def _first_refused_published(cluster: Cluster, lags: list[tuple[float, bool]]) -> dict[str, int]:
     """Per principal, the broker time (ms) of its first InitProducerId refused, from the plug-in's
     own records in its inits topic (every broker publishes there); in ``lags``, each init's wait in
-    the plug-in (its record's timestamp, when the plug-in sent it, less the init's ``at_ms``), s."""
+    the plug-in (its record's timestamp, when the plug-in sent it, less the init's ``at_ms``, s)
+    and whether it was granted."""
     from kafka import TopicPartition
 
     from pidquota.store.kafka import consumer
@@ -146,7 +147,7 @@ def _first_refused_published(cluster: Cluster, lags: list[float]) -> dict[str, i
             for r in records:
                 for line in r.value.splitlines():  # a record holds a line per init
                     init = json.loads(line)
-                    lags.append((r.timestamp - init["at_ms"]) / 1000)
+                    lags.append(((r.timestamp - init["at_ms"]) / 1000, init.get("outcome") == "granted"))
                     if init.get("outcome") == "refused":
                         who = init["principal"]
                         first[who] = min(first.get(who, init["at_ms"]), init["at_ms"])
@@ -290,7 +291,7 @@ def main() -> None:
             cold_act, _ = _timings(tmp / "out", ["warmup"]) if args.warm_s > 0 else ([], [])
             batches = _batch_seconds(tmp / "out" / "_checkpoint")
             logs = [n.request_log for n in cluster.nodes]
-            lags: list[float] = []
+            lags: list[tuple[float, bool]] = []
             cold_refuse: list[float] = []
             if plugin is None:
                 refuse = []
@@ -326,9 +327,12 @@ def main() -> None:
         cold = f", refuse {cold_refuse[0]:.2f} s" if cold_refuse else ""
         print(f"warmup (the run's first over-quota user, left out above): act {cold_act[0]:.2f} s{cold}")
     if lags:
+        waits = [w for w, _ in lags]
+        granted = [w for w, ok in lags if ok]
         print(
-            f"published: an init's wait in the plug-in before it is sent, {len(lags):,} inits: "
-            f"p50 {pct(lags, 50):.2f} s, p99 {pct(lags, 99):.2f} s"
+            f"published: an init's wait in the plug-in before it is sent, {len(waits):,} inits: "
+            f"p50 {pct(waits, 50):.2f} s, p99 {pct(waits, 99):.2f} s; the {len(granted):,} granted: "
+            f"p50 {pct(granted, 50):.2f} s, p99 {pct(granted, 99):.2f} s"
         )
     print(
         f"batches: {len(batches)}, from planned to committed p50 {pct(batches, 50):.2f} s, "

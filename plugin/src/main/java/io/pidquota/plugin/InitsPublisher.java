@@ -42,8 +42,8 @@ import org.slf4j.LoggerFactory;
  * requests hold) and never blocks or throws: a full queue drops the init, counts it and says so
  * once. A daemon thread of its own wakes at an init and sends on a budget: one send a
  * {@code GATHER_MS} on average, at most {@code BURST} at once after a quiet spell (a token bucket
- * of sends). An init that finds a send in the budget goes at once, the rest are gathered until
- * the next one is due. It sends as
+ * of sends), the last of them kept for a granted init. An init that finds a send in the budget
+ * goes at once, the rest are gathered until the next one is due. It sends as
  * one record per principal (its key: a principal's inits keep their order, one request in
  * flight), its inits a line each, through one producer ({@code acks=all}, uncompressed, a buffer
  * of {@code BUFFER} bytes) made only once the topic exists (pidquota makes it; a producer would
@@ -232,8 +232,17 @@ final class InitsPublisher implements Runnable {
                 // one send a GATHER_MS on average: a flood's inits go a few times a second, gathered
                 // (the producer's cost is per send, not per init); one that finds a send in the
                 // budget goes at once
-                for (long wait; (wait = take(System.nanoTime())) > 0; ) {
-                    TimeUnit.NANOSECONDS.sleep(wait);
+                boolean granted = first.outcome == Outcome.GRANTED;
+                for (long wait; (wait = take(System.nanoTime(), granted)) > 0; ) {
+                    if (granted || batch.size() >= BATCH) {
+                        TimeUnit.NANOSECONDS.sleep(wait);
+                    } else {  // refused or denied inits wait for a granted one, or for their turn
+                        Seen next = queue.poll(wait, TimeUnit.NANOSECONDS);
+                        if (next != null) {
+                            batch.add(next);
+                            granted = next.outcome == Outcome.GRANTED;
+                        }
+                    }
                 }
                 sendWaiting(batch);
             } catch (InterruptedException e) {
@@ -245,12 +254,16 @@ final class InitsPublisher implements Runnable {
     }
 
     /** A send taken from the budget at {@code now} (0), or the nanoseconds until one is in it. The
-     * budget gains a send each {@code GATHER_NANOS} and holds at most {@code BURST}. */
-    long take(long now) {
+     * budget gains a send each {@code GATHER_NANOS} and holds at most {@code BURST}; a send of
+     * inits that were all refused or denied leaves one in it for a {@code granted} init, the only
+     * kind pidquota counts (a throttled crash loop's retries must not keep a new offender's inits
+     * waiting). */
+    long take(long now, boolean granted) {
         credit = Math.min(BURST * GATHER_NANOS, credit + Math.max(0, now - creditAt));
         creditAt = Math.max(creditAt, now);
-        if (credit < GATHER_NANOS) {
-            return GATHER_NANOS - credit;
+        long need = granted ? GATHER_NANOS : 2 * GATHER_NANOS;
+        if (credit < need) {
+            return need - credit;
         }
         credit -= GATHER_NANOS;
         return 0;

@@ -111,22 +111,41 @@ class InitsPublisherTest {
         long g = InitsPublisher.GATHER_NANOS;
         long t = System.nanoTime() + 1000 * g;  // after a quiet spell: the budget full
         for (int i = 0; i < InitsPublisher.BURST; i++) {
-            assertEquals(0, p.take(t), "send " + i + " of the burst");
+            assertEquals(0, p.take(t, true), "send " + i + " of the burst");
         }
-        assertEquals(g, p.take(t));  // the budget spent: the next send waits a whole gather
-        assertEquals(g / 2, p.take(t + g / 2));
-        assertEquals(0, p.take(t + g));
+        assertEquals(g, p.take(t, true));  // the budget spent: the next send waits a whole gather
+        assertEquals(g / 2, p.take(t + g / 2, true));
+        assertEquals(0, p.take(t + g, true));
         for (int i = 2; i < 10; i++) {  // a flood: one send a gather, never more
-            assertTrue(p.take(t + i * g - 1) > 0);
-            assertEquals(0, p.take(t + i * g));
+            assertTrue(p.take(t + i * g - 1, true) > 0);
+            assertEquals(0, p.take(t + i * g, true));
         }
         long quiet = t + 100 * g;  // a long quiet spell refills BURST sends, not more
         for (int i = 0; i < InitsPublisher.BURST; i++) {
-            assertEquals(0, p.take(quiet));
+            assertEquals(0, p.take(quiet, true));
         }
-        assertEquals(g, p.take(quiet));
-        assertEquals(g, p.take(quiet - g));  // a clock read out of order gives nothing
-        assertEquals(g, p.take(quiet));  // and takes nothing back
+        assertEquals(g, p.take(quiet, true));
+        assertEquals(g, p.take(quiet - g, true));  // a clock read out of order gives nothing
+        assertEquals(g, p.take(quiet, true));  // and takes nothing back
+    }
+
+    @Test
+    void refusedInitsLeaveASendInTheBudgetForAGrantedOne() {
+        InitsPublisher p = publisher();
+        long g = InitsPublisher.GATHER_NANOS;
+        long t = System.nanoTime() + 1000 * g;
+        for (int i = 0; i < InitsPublisher.BURST - 1; i++) {
+            assertEquals(0, p.take(t, false), "refused send " + i);
+        }
+        assertEquals(g, p.take(t, false));  // the last send is kept
+        assertEquals(0, p.take(t, true));  // for a granted init, at once
+        assertEquals(2 * g, p.take(t, false));
+        assertEquals(g, p.take(t, true));
+        for (int i = 2; i < 10; i++) {  // refused retries alone: one send a gather, one kept back
+            assertTrue(p.take(t + i * g - 1, false) > 0);
+            assertEquals(0, p.take(t + i * g, false));
+        }
+        assertEquals(0, p.take(t + 9 * g, true));
     }
 
     @Test
