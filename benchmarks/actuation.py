@@ -132,7 +132,7 @@ def _first_refused_published(cluster: Cluster, lags: list[tuple[float, bool]]) -
     """Per principal, the broker time (ms) of its first InitProducerId refused, from the plug-in's
     own records in its inits topic (every broker publishes there); in ``lags``, each init's wait in
     the plug-in (its record's timestamp, when the plug-in sent it, less the init's ``at_ms``, s)
-    and whether it was granted."""
+    and whether it was granted, of the measured users' inits."""
     from kafka import TopicPartition
 
     from pidquota.store.kafka import consumer
@@ -147,7 +147,8 @@ def _first_refused_published(cluster: Cluster, lags: list[tuple[float, bool]]) -
             for r in records:
                 for line in r.value.splitlines():  # a record holds a line per init
                     init = json.loads(line)
-                    lags.append(((r.timestamp - init["at_ms"]) / 1000, init.get("outcome") == "granted"))
+                    if init["principal"] not in ("User:warmup", "User:steady"):  # the measured users'
+                        lags.append(((r.timestamp - init["at_ms"]) / 1000, init.get("outcome") == "granted"))
                     if init.get("outcome") == "refused":
                         who = init["principal"]
                         first[who] = min(first.get(who, init["at_ms"]), init["at_ms"])

@@ -38,8 +38,9 @@ import org.slf4j.LoggerFactory;
  * same init, and pidquota counts it once; a gap in {@code seq} is an init not published.
  *
  * <p>On the request thread, {@link #offer} only stores references in a bounded queue (at most
- * {@code CAPACITY} inits and {@code MAX_CHARS} characters of text: a few MiB whatever the
- * requests hold) and never blocks or throws: a full queue drops the init, counts it and says so
+ * {@code CAPACITY} inits, {@code BATCH} more gathered on the publisher's thread, and
+ * {@code MAX_CHARS} characters of text in all: a few MiB whatever the requests hold) and never
+ * blocks or throws: a full queue drops the init, counts it and says so
  * once. A daemon thread of its own wakes at an init and sends on a budget: one send a
  * {@code GATHER_MS} on average, at most {@code BURST} at once after a quiet spell (a token bucket
  * of sends), the last of them kept for a granted init. An init that finds a send in the budget
@@ -233,7 +234,8 @@ final class InitsPublisher implements Runnable {
                 // (the producer's cost is per send, not per init); one that finds a send in the
                 // budget goes at once
                 boolean granted = first.outcome == Outcome.GRANTED;
-                for (long wait; (wait = take(System.nanoTime(), granted)) > 0; ) {
+                // a full batch goes as a granted one would: no init waits behind it for long
+                for (long wait; (wait = take(System.nanoTime(), granted || batch.size() >= BATCH)) > 0; ) {
                     if (granted || batch.size() >= BATCH) {
                         TimeUnit.NANOSECONDS.sleep(wait);
                     } else {  // refused or denied inits wait for a granted one, or for their turn
@@ -245,7 +247,8 @@ final class InitsPublisher implements Runnable {
                     }
                 }
                 sendWaiting(batch);
-            } catch (InterruptedException e) {
+            } catch (InterruptedException e) {  // closing: what it gathered is counted, not sent
+                failed.addAndGet(batch.size());
                 return;
             } finally {
                 batch.clear();
@@ -259,8 +262,11 @@ final class InitsPublisher implements Runnable {
      * kind pidquota counts (a throttled crash loop's retries must not keep a new offender's inits
      * waiting). */
     long take(long now, boolean granted) {
-        credit = Math.min(BURST * GATHER_NANOS, credit + Math.max(0, now - creditAt));
-        creditAt = Math.max(creditAt, now);
+        long since = now - creditAt;  // a difference of nanoTime()s, as its contract asks
+        if (since > 0) {
+            credit += Math.min(since, BURST * GATHER_NANOS - credit);
+            creditAt = now;
+        }
         long need = granted ? GATHER_NANOS : 2 * GATHER_NANOS;
         if (credit < need) {
             return need - credit;
