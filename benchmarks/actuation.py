@@ -211,7 +211,7 @@ def main() -> None:
     parser.add_argument(
         "--warm-s", type=float, default=15.0,
         help="seconds the user 'warmup' crash-loops before the measured users, left out of the figures (15)",
-    )
+    )  # fmt: skip
     parser.add_argument("--hold", type=float, default=5.0, help="pidquota.actuator.hold.ms, in seconds (5)")
     parser.add_argument(
         "--mechanism", default="request-quota", help="pidquota.actuator.mechanism (request-quota)"
@@ -307,9 +307,17 @@ def main() -> None:
             by_api, forwarded = _requests(cluster.nodes[0].request_log)
             actions = read_output(tmp / "out", "actions")
             cluster.stop()
-    counted = Counter(actions.action)
-    changes = counted["apply"] + counted["undo"]
-    pct = lambda xs, q: float(np.percentile(xs, q)) if xs else float("nan")  # noqa: E731
+    _print_timings(args, act, undo, refuse, (cold_act, cold_refuse), lags, batches)
+    _print_costs(actions, by_api, forwarded)
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(xs, q)) if xs else float("nan")
+
+
+def _print_timings(args, act, undo, refuse, cold, lags, batches) -> None:
+    """act, undo, refuse (p50, p99, each), the warm-up user's own, the plug-in's waits and the batches."""
+    pct, (cold_act, cold_refuse) = _pct, cold
     print(
         f"act:  first over-quota init -> apply, {len(act)} users: p50 {pct(act, 50):.1f} s, p99 {pct(act, 99):.1f} s; "
         f"each: {', '.join(f'{a:.2f}' for a in act)}"
@@ -325,8 +333,8 @@ def main() -> None:
             f"the run reading {args.input}); each: {', '.join(f'{r:.2f}' for r in refuse)}"
         )
     if cold_act:
-        cold = f", refuse {cold_refuse[0]:.2f} s" if cold_refuse else ""
-        print(f"warmup (the run's first over-quota user, left out above): act {cold_act[0]:.2f} s{cold}")
+        also = f", refuse {cold_refuse[0]:.2f} s" if cold_refuse else ""
+        print(f"warmup (the run's first over-quota user, left out above): act {cold_act[0]:.2f} s{also}")
     if lags:
         waits = [w for w, _ in lags]
         granted = [w for w, ok in lags if ok]
@@ -340,6 +348,12 @@ def main() -> None:
         f"p99 {pct(batches, 99):.2f} s (the trigger every {args.trigger_ms / 1000:g} s); the first five: "
         f"{', '.join(f'{b:.2f}' for b in batches[:5])}"
     )
+
+
+def _print_costs(actions, by_api: Counter, forwarded: Counter) -> None:
+    """The actions and what the actuator's clients asked of the cluster per quota change."""
+    counted = Counter(actions.action)
+    changes = counted["apply"] + counted["undo"]
     print(f"actions: {dict(counted)}; quota changes (apply + undo): {changes}")
     per = {api: round(n / max(changes, 1), 1) for api, n in by_api.most_common()}
     print(f"requests from the actuator's clients per change, by API: {per}")
