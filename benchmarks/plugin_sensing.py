@@ -253,6 +253,8 @@ def main() -> None:
         for plugin in (None, plugin_jar()):
             cluster = _broker(Path(tmp), plugin, args.version, args.jit_scale)
             try:
+                if plugin is not None:  # the warm-up publishes too: a producer made, its classes loaded
+                    _sensing(cluster, True)
                 _load(cluster, 20_000, 100, 60)  # warm-up: C2's JIT, the first segments
                 for load, (produce, inits) in loads.items():
                     for k in range(args.pairs):
