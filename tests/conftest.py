@@ -49,7 +49,7 @@ SPARK = ("spark", "e2e", "cluster")
 
 
 # The longest test files (from `--durations=0` of a whole run, longest first), handed out first:
-# the two workers take whole files in this order (tests/run.sh: --dist loadfile
+# the workers take whole files in this order (tests/run.sh: --dist loadfile
 # --no-loadscope-reorder; without that flag xdist 3.5+ hands out the files with the most tests
 # first, and the heaviest ones, of few tests each, went last: 76 s of one worker alone at the end).
 HEAVY_FIRST = (

@@ -37,6 +37,7 @@ assert kernel.available() and jsonl_kernel.compiled()" &
 in_tree=$!
 python3 tests/harness/zip_kernel.py >/dev/null || { wait "$in_tree" || true; exit 1; }
 wait "$in_tree"
-# Two workers, a test file each at a time (pytest-xdist): 17-25 minutes for about 1,500 tests on 2 cores,
-# against about 33 minutes in one (docs/development.md). Arguments after ours win (-n 0: one).
-python3 -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"
+# Three workers, a test file each at a time (pytest-xdist): about 14 minutes for about 1,800 tests on
+# 2 cores, where two left a quarter of the cores idle (a test waiting on a broker, a subprocess, a
+# timer) and took about 15 (docs/development.md). Arguments after ours win (-n 0: one process).
+python3 -m pytest -n 3 --dist loadfile --no-loadscope-reorder "$@"
