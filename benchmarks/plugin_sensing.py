@@ -2,10 +2,12 @@
 broker, side by side with the plug-in without it and with Kafka's own ``StandardAuthorizer``.
 
     python benchmarks/plugin_sensing.py [--pairs 4] [--version 4.1.1] [--flood 600] [--seconds 10]
-                                        [--jit-scale 0.05]
+                                        [--jit-scale 0.05] [--warm-sends-min 45]
 
 Two fresh one-node brokers, one after the other, on both of the JVM's compilers as in production
-(a minute's load first, to warm them), the request log at WARN as Kafka ships it and
+(a minute's load first, to warm them; ``--warm-sends-min``: as many minutes of 20 inits a second
+before it, the plug-in publishing, so that its sending code is compiled as in a broker that has
+run that long), the request log at WARN as Kafka ships it and
 ``auto.create.topics.enable=false`` (else a producer's metadata request brings a deleted topic back):
 Kafka's own ``StandardAuthorizer``, then pidquota's plug-in (its state topic holding a heartbeat
 and another user's throttle, so it looks, as in a run). Each takes two loads, as a SASL/PLAIN
@@ -206,9 +208,9 @@ def _load(cluster: Cluster, produce: int, inits: float, seconds: float) -> dict:
     pid = cluster.nodes[0].proc.pid
     published0 = _published(cluster)
     threads0, cpu0 = thread_cpu(pid), cpu_seconds(pid)
-    perf = _perf(cluster, produce, seconds)
+    perf = _perf(cluster, produce, seconds) if produce else None  # none: the inits alone
     granted = _inits(cluster, inits, seconds)
-    p99 = _p99(perf)
+    p99 = _p99(perf) if perf else float("nan")
     cpu, threads = cpu_seconds(pid) - cpu0, thread_cpu(pid)
     jit, sensing = _split(threads0, threads)
     time.sleep(1)  # the last records' acks
@@ -242,6 +244,14 @@ def main() -> None:
         "runs twice a second (the plug-in's sends), which at Java's thresholds C2 compiles after "
         "about 40 minutes, past every phase here (default: Java's own)",
     )
+    parser.add_argument(
+        "--warm-sends-min",
+        type=float,
+        default=0,
+        help="minutes of 20 inits a second, with nothing else, before the warm-up (both brokers): "
+        "a send's code runs twice a second, and C2 compiles it at Java's thresholds after about "
+        "40 minutes (default 0)",
+    )
     args = parser.parse_args()
     from harness.plugin import plugin_jar
 
@@ -255,6 +265,8 @@ def main() -> None:
             try:
                 if plugin is not None:  # the warm-up publishes too: a producer made, its classes loaded
                     _sensing(cluster, True)
+                if args.warm_sends_min:  # the inits alone: its sends, not gigabytes of records
+                    _load(cluster, 0, 20, args.warm_sends_min * 60)
                 _load(cluster, 20_000, 100, 60)  # warm-up: C2's JIT, the first segments
                 for load, (produce, inits) in loads.items():
                     for k in range(args.pairs):
