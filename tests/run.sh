@@ -38,6 +38,6 @@ in_tree=$!
 python3 tests/harness/zip_kernel.py >/dev/null || { wait "$in_tree" || true; exit 1; }
 wait "$in_tree"
 # Three workers, a test file each at a time (pytest-xdist): about 14 minutes for about 1,800 tests on
-# 2 cores, where two left a quarter of the cores idle (a test waiting on a broker, a subprocess, a
+# 2 cores, where two left a fifth of the cores idle (a test waiting on a broker, a subprocess, a
 # timer) and took about 15 (docs/development.md). Arguments after ours win (-n 0: one process).
 python3 -m pytest -n 3 --dist loadfile --no-loadscope-reorder "$@"
