@@ -6,8 +6,8 @@ broker, side by side with the plug-in without it and with Kafka's own ``Standard
 
 Two fresh one-node brokers, one after the other, on both of the JVM's compilers as in production
 (a minute's load first, to warm them; ``--warm-sends-min``: as many minutes of 20 inits a second
-before it, the plug-in publishing, so that its sending code is compiled as in a broker that has
-run that long), the request log at WARN as Kafka ships it and
+before it on the plug-in's broker, publishing, so that its sending code is compiled as in a broker
+that has run that long), the request log at WARN as Kafka ships it and
 ``auto.create.topics.enable=false`` (else a producer's metadata request brings a deleted topic back):
 Kafka's own ``StandardAuthorizer``, then pidquota's plug-in (its state topic holding a heartbeat
 and another user's throttle, so it looks, as in a run). Each takes two loads, as a SASL/PLAIN
@@ -248,7 +248,7 @@ def main() -> None:
         "--warm-sends-min",
         type=float,
         default=0,
-        help="minutes of 20 inits a second, with nothing else, before the warm-up (both brokers): "
+        help="minutes of 20 inits a second, with nothing else, before the plug-in's warm-up: "
         "a send's code runs twice a second, and C2 compiles it at Java's thresholds after about "
         "40 minutes (default 0)",
     )
@@ -265,7 +265,7 @@ def main() -> None:
             try:
                 if plugin is not None:  # the warm-up publishes too: a producer made, its classes loaded
                     _sensing(cluster, True)
-                if args.warm_sends_min:  # the inits alone: its sends, not gigabytes of records
+                if plugin is not None and args.warm_sends_min:  # the inits alone: sends, not gigabytes
                     _load(cluster, 0, 20, args.warm_sends_min * 60)
                 _load(cluster, 20_000, 100, 60)  # warm-up: C2's JIT, the first segments
                 for load, (produce, inits) in loads.items():
