@@ -311,13 +311,13 @@ def main() -> None:
     _print_costs(actions, by_api, forwarded)
 
 
-def _pct(xs: list[float], q: float) -> float:
+def pct(xs: list[float], q: float) -> float:
     return float(np.percentile(xs, q)) if xs else float("nan")
 
 
 def _print_timings(args, act, undo, refuse, cold, lags, batches) -> None:
     """act, undo, refuse (p50, p99, each), the warm-up user's own, the plug-in's waits and the batches."""
-    pct, (cold_act, cold_refuse) = _pct, cold
+    cold_act, cold_refuse = cold
     print(
         f"act:  first over-quota init -> apply, {len(act)} users: p50 {pct(act, 50):.1f} s, p99 {pct(act, 99):.1f} s; "
         f"each: {', '.join(f'{a:.2f}' for a in act)}"
