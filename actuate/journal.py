@@ -543,6 +543,32 @@ def own_principal(options: dict) -> str:
     return ""
 
 
+def login_mismatch(given: str, options: dict) -> str | None:
+    """What is wrong when ``pidquota.actuator.principal`` (``given``) is not the principal the
+    client options log in as, by Kafka's default principal builder: a PLAINTEXT listener names
+    every client ``User:ANONYMOUS``, a SASL PLAIN or SCRAM login ``User:<username>``; TLS
+    names and other logins are not known from here (None). The ACLs pidquota gives its topics
+    name ``given``, so a run that is someone else reads and writes them only as a super user.
+    Example: the principal ``User:pidquota`` on ``PLAINTEXT`` -> one line naming
+    ``User:ANONYMOUS`` and both fixes."""
+    given = given.strip()
+    protocol = str(options.get("kafka.security.protocol") or "PLAINTEXT").upper()
+    if protocol == "PLAINTEXT":
+        login, how = "User:ANONYMOUS", "a PLAINTEXT listener authenticates no one"
+    else:
+        login = own_principal(options) if protocol.startswith("SASL_") else ""
+        how = f"its SASL {str(options.get('kafka.sasl.mechanism')).upper()} login"
+    if not given or not login or given == login:
+        return None
+    return (
+        f"pidquota.actuator.principal is {given}, but this run connects as {login} ({how}): the ACLs "
+        f"pidquota gives its topics let {given} in, not this run, unless it is a super user. Log in as "
+        f"{given} (pidquota.kafka.security.protocol, pidquota.kafka.sasl.mechanism, "
+        f"pidquota.kafka.sasl.username and PIDQUOTA_KAFKA_SASL_PASSWORD), or set "
+        f"pidquota.actuator.principal={login}"
+    )
+
+
 def _config_value(found: dict, name: str, key: str) -> str | None:
     """One config's value from kafka-python's ``describe_configs`` answer
     (``{"topic": {NAME: {KEY: {"value": ...}}}}``)."""

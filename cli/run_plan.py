@@ -97,6 +97,7 @@ def _actuator(config, kafka_input: str | None, kafka_out: dict | None):
     mode = config["pidquota.actuator"]
     if mode == "off":
         return None
+    from pidquota.actuate.journal import login_mismatch
     from pidquota.actuate.runner import BatchActuator, cluster_options
 
     fallback = (
@@ -107,7 +108,11 @@ def _actuator(config, kafka_input: str | None, kafka_out: dict | None):
     if mode == "dry-run" or config["pidquota.mode"] == "shadow":  # the operator's values, read only
         known = bool(fallback or config["pidquota.actuator.bootstrap"].strip())
         return BatchActuator(config, None, peek=cluster_options(config, fallback) if known else None)
-    return BatchActuator(config, cluster_options(config, fallback))
+    options = cluster_options(config, fallback)
+    mismatch = login_mismatch(config["pidquota.actuator.principal"], options)
+    if mismatch:  # said, not refused: a broker's own principal builder may name the login otherwise
+        print(f"pidquota: {mismatch}", file=sys.stderr)
+    return BatchActuator(config, options)
 
 
 def actuator_shown(config, act) -> str:

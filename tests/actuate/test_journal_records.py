@@ -152,3 +152,27 @@ def test_a_wildcard_record_of_an_earlier_version_is_skipped_with_what_to_do(capl
     with caplog.at_level(logging.WARNING, logger="pidquota.actuate"):
         assert _load(_record(json.dumps(acl).encode(), json.dumps(body).encode(), 7)) == {}
     assert "offset 7 skipped" in caplog.text and "undo it by hand" in caplog.text
+
+
+def test_a_principal_the_run_does_not_log_in_as_is_named_with_both_fixes():
+    """Tried as a new user (issue 54): the README's command named User:pidquota on a PLAINTEXT
+    listener, where the run is User:ANONYMOUS, and the ACLs of pidquota's topics then let in a
+    principal the run is not. Named for PLAINTEXT and SASL PLAIN or SCRAM logins; nothing said
+    when they agree, when none is set, or when the login is not known from the options (TLS)."""
+    from pidquota.actuate.journal import login_mismatch
+
+    said = login_mismatch("User:pidquota", {"kafka.bootstrap.servers": "b:9092"})
+    assert said.startswith(
+        "pidquota.actuator.principal is User:pidquota, but this run connects as User:ANONYMOUS"
+    )
+    assert said.endswith("or set pidquota.actuator.principal=User:ANONYMOUS") and "\n" not in said
+    sasl = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512"}
+    said = login_mismatch("User:pidquota", {**sasl, "kafka.sasl.username": "alice"})
+    assert "connects as User:alice (its SASL SCRAM-SHA-512 login)" in said
+    for principal, options in (
+        ("User:ANONYMOUS", {"kafka.security.protocol": "PLAINTEXT"}),
+        ("User:pidquota", {**sasl, "kafka.sasl.username": "pidquota"}),
+        ("", {}),
+        ("User:pidquota", {"kafka.security.protocol": "SSL"}),
+    ):
+        assert login_mismatch(principal, options) is None, (principal, options)

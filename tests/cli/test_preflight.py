@@ -546,3 +546,23 @@ def test_a_misspelling_guess_says_nothing_when_the_cluster_does_not_answer(monke
     monkeypatch.setattr(plugin_state.kafka_store, "consumer", down)
     options = {"kafka.bootstrap.servers": "broker:9092"}
     assert plugin_state.misnamed_inits_topic(options, "pidquota-plugin-init", 1_000, 0) is None
+
+
+def test_a_run_that_acts_as_a_principal_it_does_not_log_in_as_says_so(monkeypatch, capsys):
+    """Issue 54, tried as a new user: the actuator's principal against the run's PLAINTEXT
+    login, said in one line at start; a dry run makes no ACLs and says nothing."""
+    from pidquota.actuate import runner
+    from pidquota.cli import run_plan
+    from pidquota.conf.loader import load
+
+    monkeypatch.setattr(runner, "BatchActuator", lambda config, options, **_: options)
+    url = "kafka://broker:9092/pidquota-plugin-inits"
+    given = {"pidquota.actuator.principal": "User:pidquota"}
+    acting = load(overrides={"pidquota.actuator": "on", **given}, environ={})
+    assert run_plan._actuator(acting, url, None)["kafka.bootstrap.servers"] == "broker:9092"
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        "pidquota: pidquota.actuator.principal is User:pidquota, but this run connects as "
+    )
+    run_plan._actuator(load(overrides={"pidquota.actuator": "dry-run", **given}, environ={}), url, None)
+    assert capsys.readouterr().err == ""
