@@ -536,11 +536,12 @@ def own_principal(options: dict) -> str:
     """pidquota's principal as Kafka names it, when the client options say: a SASL PLAIN or
     SCRAM login is ``User:<username>``; anything else (TLS names, Kerberos, OAuth) is not
     known from here: ""."""
+    protocol = str(options.get("kafka.security.protocol") or "PLAINTEXT").upper()
     mechanism = str(options.get("kafka.sasl.mechanism") or "").upper()
     user = options.get("kafka.sasl.username")
-    if user and (mechanism == "PLAIN" or mechanism.startswith("SCRAM")):
+    if protocol.startswith("SASL_") and user and (mechanism == "PLAIN" or mechanism.startswith("SCRAM")):
         return f"User:{user}"
-    return ""
+    return ""  # a SASL login left in the settings of a PLAINTEXT run names no one
 
 
 def login_mismatch(given: str, options: dict) -> str | None:
@@ -551,21 +552,25 @@ def login_mismatch(given: str, options: dict) -> str | None:
     name ``given``, so a run that is someone else reads and writes them only as a super user.
     Example: the principal ``User:pidquota`` on ``PLAINTEXT`` -> one line naming
     ``User:ANONYMOUS`` and both fixes."""
-    given = given.strip()
+    given = (given or "").strip()
     protocol = str(options.get("kafka.security.protocol") or "PLAINTEXT").upper()
     if protocol == "PLAINTEXT":
         login, how = "User:ANONYMOUS", "a PLAINTEXT listener authenticates no one"
     else:
-        login = own_principal(options) if protocol.startswith("SASL_") else ""
+        login = own_principal(options)
         how = f"its SASL {str(options.get('kafka.sasl.mechanism')).upper()} login"
     if not given or not login or given == login:
         return None
+    fix = (
+        "Connect through a PLAINTEXT listener (pidquota.kafka.security.protocol=PLAINTEXT)"
+        if given == "User:ANONYMOUS"
+        else f"Log in as {given} (pidquota.kafka.security.protocol, pidquota.kafka.sasl.mechanism, "
+        "pidquota.kafka.sasl.username and PIDQUOTA_KAFKA_SASL_PASSWORD)"
+    )
     return (
         f"pidquota.actuator.principal is {given}, but this run connects as {login} ({how}): the ACLs "
-        f"pidquota gives its topics let {given} in, not this run, unless it is a super user. Log in as "
-        f"{given} (pidquota.kafka.security.protocol, pidquota.kafka.sasl.mechanism, "
-        f"pidquota.kafka.sasl.username and PIDQUOTA_KAFKA_SASL_PASSWORD), or set "
-        f"pidquota.actuator.principal={login}"
+        f"pidquota gives its topics let {given} in, not this run, unless it is a super user. {fix}, or "
+        f"set pidquota.actuator.principal={login}"
     )
 
 

@@ -63,6 +63,7 @@ def plan(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> Plan:
     if kafka_input:
         KafkaUrl.parse(kafka_input)  # a malformed URL fails now, before Spark starts
     kafka_out = output_options(config, kafka_input)
+    _say_login_mismatch(config, kafka_input is not None)
     reads, resumed = _start_up_checks(args, config, out, checkpoint)
     config = _checkpoint_state_store(config, checkpoint)
     config, replay_ms = _replay(config, checkpoint, kafka_input is not None)
@@ -91,13 +92,27 @@ def plan(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> Plan:
     )
 
 
+def _say_login_mismatch(config, kafka_input: bool) -> None:
+    """pidquota's principal as given against the login its settings make, said in one line
+    before anything is made on a cluster (the start-up checks make the plug-in's inits topic
+    with ACLs for that principal; the actuator, its journal and the state topic). Said, not
+    refused: a broker's own principal builder may name a login otherwise."""
+    if not (kafka_input or preflight.acts(config)):
+        return
+    from pidquota.actuate.journal import login_mismatch
+    from pidquota.store.kafka import security_options
+
+    mismatch = login_mismatch(config["pidquota.actuator.principal"], security_options(config))
+    if mismatch:
+        print(f"pidquota: {mismatch}", file=sys.stderr)
+
+
 def _actuator(config, kafka_input: str | None, kafka_out: dict | None):
     """The actuator the settings ask for (None when off). A shadow run only says what it would
     do. Acting needs the cluster now: one that does not answer fails the start, in one line."""
     mode = config["pidquota.actuator"]
     if mode == "off":
         return None
-    from pidquota.actuate.journal import login_mismatch
     from pidquota.actuate.runner import BatchActuator, cluster_options
 
     fallback = (
@@ -108,11 +123,7 @@ def _actuator(config, kafka_input: str | None, kafka_out: dict | None):
     if mode == "dry-run" or config["pidquota.mode"] == "shadow":  # the operator's values, read only
         known = bool(fallback or config["pidquota.actuator.bootstrap"].strip())
         return BatchActuator(config, None, peek=cluster_options(config, fallback) if known else None)
-    options = cluster_options(config, fallback)
-    mismatch = login_mismatch(config["pidquota.actuator.principal"], options)
-    if mismatch:  # said, not refused: a broker's own principal builder may name the login otherwise
-        print(f"pidquota: {mismatch}", file=sys.stderr)
-    return BatchActuator(config, options)
+    return BatchActuator(config, cluster_options(config, fallback))
 
 
 def actuator_shown(config, act) -> str:

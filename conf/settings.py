@@ -816,7 +816,7 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "",
         "The brokers write the inits topic as super users, with no ACL; a plug-in given credentials "
-        "of its own (pidquota.plugin.sasl.*) writes it through a WRITE ACL, which the start-up "
+        "of its own (pidquota.plugin.consumer.sasl.*) writes it through a WRITE ACL, which the start-up "
         "check would otherwise count as another writer, and refuse.",
         "The principal the brokers' plug-in publishes its inits as, when it is not a super user "
         "(User:NAME): its ALLOW WRITE ACL on the inits topic is the brokers', not another "

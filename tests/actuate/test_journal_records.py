@@ -158,21 +158,40 @@ def test_a_principal_the_run_does_not_log_in_as_is_named_with_both_fixes():
     """Tried as a new user (issue 54): the README's command named User:pidquota on a PLAINTEXT
     listener, where the run is User:ANONYMOUS, and the ACLs of pidquota's topics then let in a
     principal the run is not. Named for PLAINTEXT and SASL PLAIN or SCRAM logins; nothing said
-    when they agree, when none is set, or when the login is not known from the options (TLS)."""
+    when they agree, when none is set, or when the login is not known from the options (TLS,
+    GSSAPI, no username)."""
     from pidquota.actuate.journal import login_mismatch
 
     said = login_mismatch("User:pidquota", {"kafka.bootstrap.servers": "b:9092"})
     assert said.startswith(
         "pidquota.actuator.principal is User:pidquota, but this run connects as User:ANONYMOUS"
     )
+    assert "Log in as User:pidquota (pidquota.kafka.security.protocol" in said
     assert said.endswith("or set pidquota.actuator.principal=User:ANONYMOUS") and "\n" not in said
     sasl = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512"}
     said = login_mismatch("User:pidquota", {**sasl, "kafka.sasl.username": "alice"})
     assert "connects as User:alice (its SASL SCRAM-SHA-512 login)" in said
+    plain = {"kafka.security.protocol": "sasl_plaintext", "kafka.sasl.mechanism": "plain"}
+    said = login_mismatch("User:ANONYMOUS", {**plain, "kafka.sasl.username": "bob"})
+    assert "connects as User:bob" in said and "Connect through a PLAINTEXT listener" in said
     for principal, options in (
         ("User:ANONYMOUS", {"kafka.security.protocol": "PLAINTEXT"}),
         ("User:pidquota", {**sasl, "kafka.sasl.username": "pidquota"}),
         ("", {}),
+        (None, {"kafka.security.protocol": None}),
         ("User:pidquota", {"kafka.security.protocol": "SSL"}),
+        ("User:pidquota", {**sasl, "kafka.sasl.username": None}),
+        ("User:pidquota", {**sasl, "kafka.sasl.mechanism": "GSSAPI", "kafka.sasl.username": "x"}),
     ):
         assert login_mismatch(principal, options) is None, (principal, options)
+
+
+def test_a_sasl_login_left_in_a_plaintext_runs_settings_names_no_one():
+    """From the review: own_principal named User:q for a PLAINTEXT run with a SASL username
+    left in its settings, and pidquota's topics got ACLs for a principal the run is not."""
+    from pidquota.actuate.journal import own_principal
+
+    login = {"kafka.sasl.mechanism": "PLAIN", "kafka.sasl.username": "q"}
+    assert own_principal({**login, "kafka.security.protocol": "PLAINTEXT"}) == ""
+    assert own_principal(login) == ""  # no protocol: Kafka's default, PLAINTEXT
+    assert own_principal({**login, "kafka.security.protocol": "SASL_SSL"}) == "User:q"

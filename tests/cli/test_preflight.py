@@ -548,21 +548,21 @@ def test_a_misspelling_guess_says_nothing_when_the_cluster_does_not_answer(monke
     assert plugin_state.misnamed_inits_topic(options, "pidquota-plugin-init", 1_000, 0) is None
 
 
-def test_a_run_that_acts_as_a_principal_it_does_not_log_in_as_says_so(monkeypatch, capsys):
+def test_a_principal_the_run_does_not_log_in_as_is_said_before_the_cluster_is_touched(capsys):
     """Issue 54, tried as a new user: the actuator's principal against the run's PLAINTEXT
-    login, said in one line at start; a dry run makes no ACLs and says nothing."""
-    from pidquota.actuate import runner
+    login, said in one line at start, before the start-up checks make the inits topic with ACLs
+    for it: on a Kafka input, or when the run acts; not for a file read in a dry run."""
     from pidquota.cli import run_plan
     from pidquota.conf.loader import load
 
-    monkeypatch.setattr(runner, "BatchActuator", lambda config, options, **_: options)
-    url = "kafka://broker:9092/pidquota-plugin-inits"
     given = {"pidquota.actuator.principal": "User:pidquota"}
-    acting = load(overrides={"pidquota.actuator": "on", **given}, environ={})
-    assert run_plan._actuator(acting, url, None)["kafka.bootstrap.servers"] == "broker:9092"
-    [line] = capsys.readouterr().err.splitlines()
-    assert line.startswith(
-        "pidquota: pidquota.actuator.principal is User:pidquota, but this run connects as "
-    )
-    run_plan._actuator(load(overrides={"pidquota.actuator": "dry-run", **given}, environ={}), url, None)
+    for mode, kafka in (("off", True), ("on", False), ("dry-run", True)):
+        run_plan._say_login_mismatch(load(overrides={"pidquota.actuator": mode, **given}, environ={}), kafka)
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.startswith(
+            "pidquota: pidquota.actuator.principal is User:pidquota, but this run connects as "
+        )
+    run_plan._say_login_mismatch(load(overrides={"pidquota.actuator": "dry-run", **given}, environ={}), False)
+    shadow = {"pidquota.actuator": "on", "pidquota.mode": "shadow", **given}
+    run_plan._say_login_mismatch(load(overrides=shadow, environ={}), False)
     assert capsys.readouterr().err == ""
