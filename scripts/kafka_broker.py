@@ -110,7 +110,10 @@ def free_ports(n: int) -> list[int]:
     connection: in the seconds before a broker binds it, another process's client took one
     (``Address already in use``, a broker that never started, one run in three of the suite).
     Random ports under that range are never taken so; each is bound while the others are
-    chosen, so none is given twice, and one in use now is passed over."""
+    chosen, so none is given twice, and one in use now is passed over. Each is also claimed
+    among the processes of this machine that pick ports here (:func:`_claim`): two pytest
+    workers once drew the same port within the seconds before either broker bound it, and one
+    worker's every Kafka test failed."""
     import random
 
     low = _ephemeral_low()
@@ -123,11 +126,48 @@ def free_ports(n: int) -> list[int]:
             except OSError:
                 s.close()
                 continue
+            if not _claim(s.getsockname()[1]):
+                s.close()
+                continue
             sockets.append(s)
         return [s.getsockname()[1] for s in sockets]
     finally:
         for s in sockets:
             s.close()
+
+
+CLAIMS = Path(os.environ.get("TMPDIR") or "/tmp") / "pidquota-ports"
+CLAIM_S = 600  # a claim lasts from 10 to 20 minutes: long past any server's start
+
+
+def _claim(port: int, now: float | None = None) -> bool:
+    """Claim ``port`` for this process among the processes of this machine that pick ports with
+    :func:`free_ports`: a file ``PORT.K`` in :data:`CLAIMS`, K the current ``CLAIM_S`` window,
+    made only if absent (``O_EXCL``: one process wins), and refused while the last window's is
+    there. Example: a claim of port 16119 at 23:27:52 UTC on 2026-11-30 is ``16119.2993468``
+    (23:20 to 23:30); another process asking for 16119 before 23:40 finds it and picks another
+    port. Files of older windows go at a process's first claim; where the folder cannot be
+    written, every port is free to take."""
+    window = int((time.time() if now is None else now) // CLAIM_S)
+    try:
+        CLAIMS.mkdir(exist_ok=True)
+        if (CLAIMS / f"{port}.{window - 1}").exists():
+            return False
+        os.close(os.open(CLAIMS / f"{port}.{window}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    global _swept
+    if not _swept:  # once a process: every port's claims of windows past
+        _swept = True
+        for old in CLAIMS.iterdir():
+            if old.suffix[1:].isdigit() and int(old.suffix[1:]) < window - 1:
+                old.unlink(missing_ok=True)
+    return True
+
+
+_swept = False
 
 
 def _ephemeral_low() -> int:
