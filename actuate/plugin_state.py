@@ -261,7 +261,7 @@ def ensure_inits_topic(options: dict, topic: str, timeout_ms: int, principal: st
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    admin = kafka_store.admin(options, request_timeout_ms=timeout_ms)
+    admin = kafka_store.admin(options, request_timeout_ms=timeout_ms, bootstrap_timeout_ms=timeout_ms)
     try:
         if topic in admin.list_topics():
             return False
@@ -317,7 +317,7 @@ def misnamed_inits_topic(options: dict, topic: str, timeout_ms: int, now_ms: int
         return sum(ends[tp] - begins[tp] for tp in parts), any(v is not None for v in recent.values())
 
     try:
-        c = kafka_store.consumer(options, request_timeout_ms=timeout_ms)
+        c = kafka_store.consumer(options, request_timeout_ms=timeout_ms, bootstrap_timeout_ms=timeout_ms)
         try:
             (default, recent), (given, _) = records(c, INITS_TOPIC), records(c, topic)
         finally:

@@ -548,6 +548,20 @@ def test_a_misspelling_guess_says_nothing_when_the_cluster_does_not_answer(monke
     assert plugin_state.misnamed_inits_topic(options, "pidquota-plugin-init", 1_000, 0) is None
 
 
+def test_nothing_listening_on_the_plugins_topic_is_named_within_the_connect_timeout():
+    """Tried as a new user (issue 54): `run --input kafka://127.0.0.1:1/pidquota-plugin-inits`
+    waited kafka-python's own 30 s before its one line, whatever pidquota.kafka.connect.timeout.ms
+    said; the plug-in topic's checks now connect within it, as the others do."""
+    from pidquota.conf.loader import load
+    from pidquota.store.kafka import KafkaError, KafkaUrl
+
+    given = {"pidquota.kafka.connect.timeout.ms": "1000", "pidquota.input.format": "plugin-inits"}
+    config = load(overrides=given, environ={})
+    for topic in ("pidquota-plugin-inits", "pidquota-plugin-init"):
+        with pytest.raises(KafkaError, match=r"at 127.0.0.1:1: no broker answered within 1 s"):
+            preflight.make_plugin_topic(KafkaUrl.parse(f"kafka://127.0.0.1:1/{topic}"), config)
+
+
 def test_a_principal_the_run_does_not_log_in_as_is_said_before_the_cluster_is_touched(capsys):
     """Issue 54, tried as a new user: the actuator's principal against the run's PLAINTEXT
     login, said in one line at start, before the start-up checks make the inits topic with ACLs
