@@ -544,6 +544,13 @@ def own_principal(options: dict) -> str:
     return ""  # a SASL login left in the settings of a PLAINTEXT run names no one
 
 
+def login_principal(options: dict) -> str:
+    """The principal the client options log in as, by Kafka's default principal builder:
+    ``User:ANONYMOUS`` on PLAINTEXT, :func:`own_principal` otherwise ("" where not known)."""
+    protocol = str(options.get("kafka.security.protocol") or "PLAINTEXT").upper()
+    return "User:ANONYMOUS" if protocol == "PLAINTEXT" else own_principal(options)
+
+
 def login_mismatch(given: str, options: dict) -> str | None:
     """What is wrong when ``pidquota.actuator.principal`` (``given``) is not the principal the
     client options log in as, by Kafka's default principal builder: a PLAINTEXT listener names
@@ -553,11 +560,10 @@ def login_mismatch(given: str, options: dict) -> str | None:
     Example: the principal ``User:pidquota`` on ``PLAINTEXT`` -> one line naming
     ``User:ANONYMOUS`` and both fixes."""
     given = (given or "").strip()
-    protocol = str(options.get("kafka.security.protocol") or "PLAINTEXT").upper()
-    if protocol == "PLAINTEXT":
-        login, how = "User:ANONYMOUS", "a PLAINTEXT listener authenticates no one"
+    login = login_principal(options)
+    if login == "User:ANONYMOUS":
+        how = "a PLAINTEXT listener authenticates no one"
     else:
-        login = own_principal(options)
         how = f"its SASL {str(options.get('kafka.sasl.mechanism')).upper()} login"
     if not given or not login or given == login:
         return None

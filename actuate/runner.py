@@ -36,7 +36,7 @@ from pidquota.actuate.controls import (
     shown_value,
 )
 from pidquota.actuate.escalation import GRACE_MS, Escalation
-from pidquota.actuate.journal import Journal, JournalError
+from pidquota.actuate.journal import Journal, JournalError, login_principal
 from pidquota.actuate.mechanisms import (
     broker_plugin,
     deny_writes,
@@ -302,12 +302,16 @@ class BatchActuator:
                 said,
             )
             return
-        fix = (
-            "remove those ACLs (kafka-acls.sh --remove)"
-            if own
-            else "set pidquota.actuator.principal=User:NAME, pidquota's own (User:ANONYMOUS on a PLAINTEXT "
-            "listener), and pidquota gives the topic ACLs for it alone"
-        )
+        login = login_principal(self.options or {})
+        if own and login and login != own and login in said:  # the run itself is the other
+            fix = f"this run logs in as {login}, not {own}: set pidquota.actuator.principal={login}, or log in as {own}"
+        elif own:
+            fix = "remove those ACLs (kafka-acls.sh --remove)"
+        else:
+            fix = (
+                "set pidquota.actuator.principal=User:NAME, pidquota's own (User:ANONYMOUS on a PLAINTEXT "
+                "listener), and pidquota gives the topic ACLs for it alone"
+            )
         raise ConfigError(
             f"the plug-in's state topic {state.topic!r} may be written by others than pidquota "
             f"({own or 'whose principal is not known'}): {said}. Whoever writes it decides whom every broker "

@@ -130,18 +130,19 @@ def test_a_state_topic_others_may_write_is_refused_at_start_naming_the_acl(broke
     from pidquota.conf.errors import ConfigError
     from pidquota.conf.loader import load
 
+    named = {
+        "pidquota.actuator": "on",
+        "pidquota.actuator.mechanism": "broker-plugin",
+        "pidquota.actuator.journal.topic": "journal-writers",
+    }
+
     def actuator(**more):
-        overrides = {
-            "pidquota.actuator": "on",
-            "pidquota.actuator.mechanism": "broker-plugin",
-            "pidquota.actuator.journal.topic": "journal-writers",
-            **more,
-        }
-        return BatchActuator(load(overrides=overrides, environ={}), broker.sasl("pidquota"))
+        return BatchActuator(load(overrides={**named, **more}, environ={}), broker.sasl("pidquota"))
 
     admin = Controls({"kafka.bootstrap.servers": broker.bootstrap})
     bob = AclBinding("User:bob", "WRITE", "ALLOW", "TOPIC", "pidquota-throttle-state")
     carol = AclBinding("User:carol", "ALL", "ALLOW", "TOPIC", "pidquota-", pattern="PREFIXED")
+    anonymous = AclBinding("User:ANONYMOUS", "WRITE", "ALLOW", "TOPIC", "pidquota-throttle-state")
     act = actuator()
     try:
         act.start()  # pidquota's own ACLs alone: it starts
@@ -161,9 +162,21 @@ def test_a_state_topic_others_may_write_is_refused_at_start_naming_the_acl(broke
             act.start()
         assert any("User:bob" in r.getMessage() for r in caplog.records)
         act.stop()
-    finally:
         act.close()
         for binding in (bob, carol):
+            admin.write(binding, False)
+        # tried as a new user (issue 54): the principal given is not the run's own login, and the
+        # other who may write is the run itself: the fix is the principal, not the ACLs' removal
+        admin.write(anonymous, True)
+        act = BatchActuator(
+            load(overrides={**named, "pidquota.actuator.principal": "User:pidquota"}, environ={}),
+            {"kafka.bootstrap.servers": broker.bootstrap},  # PLAINTEXT: User:ANONYMOUS
+        )
+        with pytest.raises(ConfigError, match="this run logs in as User:ANONYMOUS, not User:pidquota: set "):
+            act.start()
+    finally:
+        act.close()
+        for binding in (bob, carol, anonymous):
             admin.write(binding, False)
         admin.close()
 
