@@ -20,6 +20,7 @@ second a trial. Time is wall-clock ms from ``clock``, a parameter (the tests pas
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -303,7 +304,8 @@ class BatchActuator:
             )
             return
         login = login_principal(self.options or {})
-        if own and login and login != own and login in said:  # the run itself is the other
+        mine = re.compile(rf"for {re.escape(login)}( from |$)") if login else None  # AclBinding.name's end
+        if own and mine and login != own and any(mine.search(o) for o in others):  # the run is the other
             fix = f"this run logs in as {login}, not {own}: set pidquota.actuator.principal={login}, or log in as {own}"
         elif own:
             fix = "remove those ACLs (kafka-acls.sh --remove)"
